@@ -1,0 +1,38 @@
+"""Typed errors. Core code raises these; only cli.py turns them into exit codes."""
+
+from __future__ import annotations
+
+
+class SuiteError(Exception):
+    """Base class. The message says what went wrong and what to do about it."""
+
+    exit_code = 3
+
+
+class InputError(SuiteError):
+    """A file or argument the user gave is invalid (exit code 2)."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, *, file: str | None = None, path: str | None = None) -> None:
+        self.file = file
+        self.path = path
+        self.detail = message
+        where = ""
+        if file is not None:
+            where = f"{file}::{path}: " if path else f"{file}: "
+        super().__init__(f"{where}{message}")
+
+
+class SchemaVersionError(InputError):
+    """A file carries a schema version this suite does not read."""
+
+
+class WorkloadError(InputError):
+    """A workload reference cannot be resolved or its parameters are invalid."""
+
+
+class EnvironmentProblem(SuiteError):
+    """The machine cannot do what was asked (no interpreter, no docker, unwritable dir)."""
+
+    exit_code = 3

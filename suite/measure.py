@@ -1,0 +1,109 @@
+"""Timing of a callable: cold start, warmup and steady-state samples, kept apart.
+
+The clock is injectable so that the loop logic can be tested without real time passing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+Clock = Callable[[], int]  # monotonic nanoseconds
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How long to measure. Sampling stops once both minimums are met, or at either maximum."""
+
+    warmup_iters: int
+    min_iters: int
+    max_iters: int
+    min_time_s: float
+    max_time_s: float
+
+
+BUDGETS: dict[str, Budget] = {
+    "smoke": Budget(warmup_iters=3, min_iters=15, max_iters=400, min_time_s=0.3, max_time_s=1.5),
+    "full": Budget(warmup_iters=10, min_iters=50, max_iters=5000, min_time_s=3.0, max_time_s=30.0),
+}
+
+
+@dataclass
+class Timing:
+    cold_start_s: float | None = None
+    compile_s: float | None = None
+    warmup_s: float | None = None
+    warmup_iters: int = 0
+    samples_s: list[float] = field(default_factory=list)
+    timed_s: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        from suite.stats import summarize
+
+        return {
+            "cold_start_s": self.cold_start_s,
+            "compile_s": self.compile_s,
+            "warmup_s": self.warmup_s,
+            "warmup_iters": self.warmup_iters,
+            "samples_s": self.samples_s,
+            "summary": dict(summarize(self.samples_s)),
+        }
+
+
+def time_call(fn: Callable[[], Any], sync: Callable[[], None], clock: Clock) -> float:
+    """One synchronized call, in seconds."""
+    sync()
+    start = clock()
+    fn()
+    sync()
+    return (clock() - start) / 1e9
+
+
+def run_timed(
+    fn: Callable[[], Any],
+    sync: Callable[[], None],
+    budget: Budget,
+    *,
+    clock: Clock = time.perf_counter_ns,
+    compiled: bool = False,
+    on_steady_start: Callable[[], None] | None = None,
+    on_steady_end: Callable[[], None] | None = None,
+) -> Timing:
+    """Cold call, warmup, then per-iteration samples with a device sync around each one."""
+    timing = Timing()
+    timing.cold_start_s = time_call(fn, sync, clock)
+    if compiled:
+        timing.compile_s = timing.cold_start_s
+    if on_steady_start is not None:
+        on_steady_start()
+    warm_start = clock()
+    for _ in range(budget.warmup_iters):
+        time_call(fn, sync, clock)
+    timing.warmup_iters = budget.warmup_iters
+    timing.warmup_s = (clock() - warm_start) / 1e9
+    samples: list[float] = []
+    begin = clock()
+    while True:
+        samples.append(time_call(fn, sync, clock))
+        elapsed = (clock() - begin) / 1e9
+        enough = len(samples) >= budget.min_iters and elapsed >= budget.min_time_s
+        if enough or len(samples) >= budget.max_iters or elapsed >= budget.max_time_s:
+            break
+    timing.timed_s = (clock() - begin) / 1e9
+    if on_steady_end is not None:
+        on_steady_end()
+    timing.samples_s = samples
+    return timing
+
+
+def timer_overhead_s(clock: Clock = time.perf_counter_ns, repeats: int = 20000) -> float:
+    """Median cost of one empty timed sample (two clock reads and two no-op syncs)."""
+    from suite.stats import quantile
+
+    def nothing() -> None:
+        return None
+
+    costs = sorted(time_call(nothing, nothing, clock) for _ in range(repeats))
+    return quantile(costs, 0.5)

@@ -1,0 +1,259 @@
+"""The worker: runs exactly one cell (or the environment probe) in a fresh process.
+
+Driven by argv, answers through a result file. The parent never unpickles anything from here.
+Usage (internal):
+  python -m suite.worker probe --out FILE
+  python -m suite.worker cell --spec JSON --result FILE --run-id ID [--round N] [--path DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import faulthandler
+import os
+import random
+import sys
+import time
+import traceback
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from suite import accuracy, stats
+from suite.backends import Backend, MemoryTracker, get, mps_fallback_enabled
+from suite.measure import BUDGETS, Timing, run_timed, timer_overhead_s
+from suite.results import atomic_write_json, base_result, utc_now, write_result
+from suite.spec import CellSpec
+from suite.workloads.base import CellContext, ParamValue, Unsupported
+
+if TYPE_CHECKING:
+    import torch
+
+_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp64": "float64"}
+_OOM_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory")
+_MPS_FALLBACK_MARKER = "fall back to run on the CPU"
+
+
+class WorkerContext(CellContext):
+    def __init__(self, spec: CellSpec, backend: Backend, size: Mapping[str, Any]) -> None:
+        import torch
+
+        self.params: Mapping[str, ParamValue] = spec.params_dict
+        self.profile = spec.profile
+        self.size = size
+        self.backend = backend
+        self.device = backend.device()
+        self.timing: Timing | None = None
+        self.tracker: MemoryTracker | None = None
+        self.items_per_iter: float | None = None
+        self.unit: str | None = None
+        self.checks: list[dict[str, Any]] = []
+        self.metrics: dict[str, dict[str, Any]] = {}
+        self.warnings: list[str] = []
+        self._torch = torch
+
+    def dtype(self, name: str | None = None) -> torch.dtype:
+        key = name if name is not None else str(self.params.get("dtype", "fp32"))
+        if key not in _DTYPES:
+            raise ValueError(f"unknown dtype {key!r}; expected one of {', '.join(_DTYPES)}")
+        dtype: torch.dtype = getattr(self._torch, _DTYPES[key])
+        return dtype
+
+    def seed(self, value: int = 0) -> None:
+        random.seed(value)
+        self._torch.manual_seed(value)
+
+    def measure(
+        self,
+        fn: Callable[[], Any],
+        *,
+        items_per_iter: float,
+        unit: str | None = None,
+        compiled: bool = False,
+    ) -> None:
+        if self.timing is not None:
+            raise RuntimeError("ctx.measure() may be called once per cell")
+        self.tracker = self.backend.memory_tracker()
+        self.timing = run_timed(
+            fn,
+            self.backend.sync,
+            BUDGETS[self.profile],
+            compiled=compiled,
+            on_steady_start=self.tracker.start,
+            on_steady_end=self.tracker.stop,
+        )
+        self.items_per_iter = float(items_per_iter)
+        self.unit = unit
+
+    def check_accuracy(
+        self,
+        result: torch.Tensor | Sequence[torch.Tensor],
+        reference: torch.Tensor | Sequence[torch.Tensor],
+        fp64: torch.Tensor | Sequence[torch.Tensor],
+        *,
+        reference_name: str,
+        dtype: str | None = None,
+        label: str = "output",
+    ) -> bool:
+        dtype_name = dtype or str(self.params.get("dtype", "fp32"))
+        verdict = accuracy.judge(accuracy.rmse(result, fp64), accuracy.rmse(reference, fp64), dtype_name)
+        self.checks.append({"label": label, "reference": reference_name, "dtype": dtype_name, **verdict.as_dict()})
+        return verdict.passed
+
+    def metric(self, name: str, value: float | str | bool | None, unit: str | None = None) -> None:
+        self.metrics[name] = {"value": value, "unit": unit}
+
+    def warn(self, message: str) -> None:
+        self.warnings.append(message)
+
+
+def _correctness(checks: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The cell passes only if every check passes; the worst check's numbers lead."""
+    if not checks:
+        return None
+    worst = max(checks, key=lambda c: (not c["passed"], c["rmse_result"] - c["k"] * c["rmse_reference"]))
+    return {
+        "passed": all(c["passed"] for c in checks),
+        "dtype": worst["dtype"],
+        "rmse_result": worst["rmse_result"],
+        "rmse_reference": worst["rmse_reference"],
+        "k": worst["k"],
+        "tol": worst["tol"],
+        "reference": worst["reference"],
+        "checks": checks,
+    }
+
+
+def _classify(exc: BaseException) -> tuple[str, str]:
+    """(status, failure mode) for an exception raised by a workload."""
+    import torch
+
+    if isinstance(exc, (Unsupported, NotImplementedError)):
+        return "unsupported", "unsupported"
+    if isinstance(exc, (MemoryError, torch.OutOfMemoryError)):
+        return "oom", "oom"
+    if isinstance(exc, RuntimeError) and any(m in str(exc).lower() for m in _OOM_MARKERS):
+        return "oom", "oom"
+    return "failed", "exception"
+
+
+def _fill_measurements(doc: dict[str, Any], ctx: WorkerContext) -> None:
+    if ctx.timing is not None:
+        timing = ctx.timing.as_dict()
+        doc["timing"] = timing
+        rel = timing["summary"]["relative_iqr"]
+        doc["noise"] = {"relative_iqr": rel, "grade": stats.noise_grade(rel), "threshold": stats.NOISY_RELATIVE_IQR}
+        if ctx.items_per_iter:
+            doc["throughput"] = {
+                "unit": ctx.unit or "items/s",
+                "items_per_iter": ctx.items_per_iter,
+                "value": stats.throughput(ctx.items_per_iter, timing["summary"]["p50"]),
+            }
+    if ctx.tracker is not None and ctx.tracker.baseline_bytes is not None:
+        doc["memory"] = ctx.tracker.as_dict()
+    doc["correctness"] = _correctness(ctx.checks)
+    doc["metrics"] = ctx.metrics
+    doc["warnings"] = ctx.warnings
+
+
+def run_cell(spec: CellSpec, run_id: str, round_no: int, result_path: Path, worker_start: float) -> int:
+    started_at = utc_now()
+    doc = base_result(spec, run_id, round_no, started_at)
+    t_import = time.perf_counter()
+    import torch
+
+    from suite.workloads import resolve
+
+    import_s = time.perf_counter() - t_import
+    doc["torch"] = {"version": torch.__version__, "git_version": getattr(torch.version, "git_version", None)}
+    from suite.envinfo import IMAGE_DIGEST_VAR, IMAGE_REF_VAR
+
+    if os.environ.get(IMAGE_DIGEST_VAR):
+        doc["image"] = {"reference": os.environ.get(IMAGE_REF_VAR), "digest": os.environ.get(IMAGE_DIGEST_VAR)}
+    backend = get(spec.backend)
+    t_workload = time.perf_counter()
+    ctx: WorkerContext | None = None
+    caught: list[warnings.WarningMessage] = []
+    try:
+        resolved = resolve(spec.ref)
+        doc["source"] = resolved.source()
+        availability = backend.probe()
+        if not availability.available:
+            doc["status"] = "skipped"
+            doc["failure"] = {"mode": "unavailable", "message": availability.reason or "backend not available"}
+        else:
+            if spec.backend == "mps":
+                doc["fallback"] = {"enabled": mps_fallback_enabled(), "happened": False, "messages": []}
+            size = dict(resolved.workload.sizes.get(spec.profile, {}))
+            ctx = WorkerContext(spec, backend, size)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                resolved.workload.run(ctx)
+    except BaseException as exc:  # noqa: BLE001 - every failure becomes a record
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        status, mode = _classify(exc)
+        message = str(exc) or type(exc).__name__
+        doc["status"] = status
+        doc["failure"] = {
+            "mode": mode,
+            "message": message,
+            "exception_type": f"{type(exc).__module__}.{type(exc).__qualname__}",
+            "signal": None,
+            "exit_code": None,
+            "stderr_tail": "".join(traceback.format_exception(exc))[-4000:],
+        }
+    workload_s = time.perf_counter() - t_workload
+    if ctx is not None:
+        _fill_measurements(doc, ctx)
+        if doc["status"] == "ok" and doc["correctness"] is not None and not doc["correctness"]["passed"]:
+            failed = [c["label"] for c in doc["correctness"]["checks"] if not c["passed"]]
+            doc["status"] = "failed"
+            doc["failure"] = {"mode": "correctness", "message": f"accuracy check failed for: {', '.join(failed)}"}
+    fallback_msgs = [str(w.message) for w in caught if _MPS_FALLBACK_MARKER in str(w.message)]
+    if doc["fallback"] is not None and fallback_msgs:
+        doc["fallback"].update(happened=True, messages=fallback_msgs[:20])
+    doc["finished_at"] = utc_now()
+    doc["wall_s"] = time.perf_counter() - worker_start
+    doc["harness"] = {
+        "worker_wall_s": time.perf_counter() - worker_start,
+        "import_s": import_s,
+        "workload_s": workload_s,
+        "timed_s": ctx.timing.timed_s if ctx is not None and ctx.timing is not None else 0.0,
+        "timer_overhead_s": timer_overhead_s(repeats=2000),
+    }
+    write_result(result_path, doc)
+    return 0
+
+
+def run_probe(out: Path) -> int:
+    from suite.envinfo import environment
+
+    atomic_write_json(out, environment())
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    worker_start = time.perf_counter()
+    faulthandler.enable()  # a segfault still leaves a Python traceback in the cell's log
+    parser = argparse.ArgumentParser(prog="python -m suite.worker")
+    sub = parser.add_subparsers(dest="command", required=True)
+    probe = sub.add_parser("probe")
+    probe.add_argument("--out", required=True, type=Path)
+    cell = sub.add_parser("cell")
+    cell.add_argument("--spec", required=True)
+    cell.add_argument("--result", required=True, type=Path)
+    cell.add_argument("--run-id", required=True)
+    cell.add_argument("--round", type=int, default=0)
+    cell.add_argument("--path", action="append", default=[], help="prepend to sys.path (plugins)")
+    args = parser.parse_args(argv)
+    if args.command == "probe":
+        return run_probe(args.out)
+    for entry in reversed(args.path):
+        sys.path.insert(0, entry)
+    return run_cell(CellSpec.from_json(args.spec), args.run_id, args.round, args.result, worker_start)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

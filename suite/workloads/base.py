@@ -1,0 +1,111 @@
+"""The workload contract: declared parameters, per-profile sizes, and a run() that measures.
+
+A workload is a class (or instance) with a ``name``, a tuple of ``Param``s and a ``run(ctx)``
+method. ``run`` builds its inputs on ``ctx.device``, calls ``ctx.measure(fn, ...)`` once for the
+steady-state timing and ``ctx.check_accuracy(...)`` for correctness, and raises
+``Unsupported`` (or lets torch's ``NotImplementedError`` through) when the backend cannot run it.
+Workload modules import torch inside methods, so that planning a run does not need torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    import torch
+
+    from suite.backends import Backend
+
+ParamValue = str | int | float | bool
+
+DTYPES = ("fp32", "bf16", "fp16", "fp64")
+
+
+class Unsupported(Exception):  # noqa: N818 - reads as a status, which it is
+    """The backend or torch build cannot run this case. Recorded as status 'unsupported'."""
+
+
+@dataclass(frozen=True)
+class Param:
+    """A workload parameter: every allowed value, and the values swept by default."""
+
+    name: str
+    values: tuple[ParamValue, ...]
+    default: tuple[ParamValue, ...]
+    help: str = ""
+
+    def __post_init__(self) -> None:
+        unknown = [v for v in self.default if v not in self.values]
+        if unknown:
+            raise ValueError(f"param {self.name}: default values {unknown} not in {self.values}")
+
+
+class Workload:
+    """Base class for built-in and plugin workloads."""
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    params: ClassVar[tuple[Param, ...]] = ()
+    # Problem sizes per profile; run() reads them from ctx.size.
+    sizes: ClassVar[Mapping[str, Mapping[str, Any]]] = {"smoke": {}, "full": {}}
+    throughput_unit: ClassVar[str] = "items/s"
+
+    def size_tag(self, params: Mapping[str, ParamValue], profile: str) -> str | None:
+        """A short token for the cell id that names the problem size (e.g. 's256')."""
+        return None
+
+    def skip_reason(self, params: Mapping[str, ParamValue]) -> str | None:
+        """Combinations that make no sense are not planned; say why (None keeps the case)."""
+        return None
+
+    def run(self, ctx: CellContext) -> None:
+        raise NotImplementedError(f"workload {self.name!r} does not define run()")
+
+
+class CellContext:
+    """What a running workload sees. Implemented by the worker; documented here for plugins."""
+
+    params: Mapping[str, ParamValue]
+    profile: str
+    size: Mapping[str, Any]
+    backend: Backend
+    device: torch.device
+
+    def dtype(self, name: str | None = None) -> torch.dtype:
+        """The torch dtype for a dtype name ('fp32', 'bf16', ...); default: params['dtype']."""
+        raise NotImplementedError
+
+    def seed(self, value: int = 0) -> None:
+        raise NotImplementedError
+
+    def measure(
+        self,
+        fn: Callable[[], Any],
+        *,
+        items_per_iter: float,
+        unit: str | None = None,
+        compiled: bool = False,
+    ) -> None:
+        """Time fn: cold call (compile included), warmup, steady samples; track peak memory."""
+        raise NotImplementedError
+
+    def check_accuracy(
+        self,
+        result: torch.Tensor | Sequence[torch.Tensor],
+        reference: torch.Tensor | Sequence[torch.Tensor],
+        fp64: torch.Tensor | Sequence[torch.Tensor],
+        *,
+        reference_name: str,
+        dtype: str | None = None,
+        label: str = "output",
+    ) -> bool:
+        """Record RMSE(result, fp64) <= k * RMSE(reference, fp64) + tol; return the verdict."""
+        raise NotImplementedError
+
+    def metric(self, name: str, value: float | str | bool | None, unit: str | None = None) -> None:
+        raise NotImplementedError
+
+    def warn(self, message: str) -> None:
+        raise NotImplementedError
