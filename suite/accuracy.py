@@ -42,7 +42,9 @@ class Verdict:
         }
 
 
-def rmse(a: torch.Tensor | Sequence[torch.Tensor], b: torch.Tensor | Sequence[torch.Tensor]) -> float:
+def rmse(
+    a: torch.Tensor | Sequence[torch.Tensor], b: torch.Tensor | Sequence[torch.Tensor]
+) -> float:
     """Root-mean-square error over all elements of one tensor or a list of tensors, in fp64."""
     import torch
 
@@ -64,8 +66,12 @@ def rmse(a: torch.Tensor | Sequence[torch.Tensor], b: torch.Tensor | Sequence[to
     return value if math.isfinite(value) else math.inf
 
 
-def judge(rmse_result: float, rmse_reference: float, dtype: str,
-          tolerances: dict[str, tuple[float, float]] | None = None) -> Verdict:
+def judge(
+    rmse_result: float,
+    rmse_reference: float,
+    dtype: str,
+    tolerances: dict[str, tuple[float, float]] | None = None,
+) -> Verdict:
     k, tol = (tolerances or DEFAULT_TOLERANCES).get(dtype, DEFAULT_TOLERANCES["fp32"])
     passed = math.isfinite(rmse_result) and rmse_result <= k * rmse_reference + tol
     return Verdict(passed, rmse_result, rmse_reference, k, tol)

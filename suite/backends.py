@@ -235,11 +235,16 @@ def _nvidia_driver() -> str | None:
     try:
         out = subprocess.run(
             ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=20, check=False,
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=False,
         )
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
+    return (
+        out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
+    )
 
 
 class CudaBackend(Backend):
@@ -254,7 +259,9 @@ class CudaBackend(Backend):
         if torch.version.cuda is None:
             return Availability(False, f"torch {torch.__version__} is not a CUDA build")
         if not torch.cuda.is_available():
-            return Availability(False, "torch.cuda.is_available() is False: no usable NVIDIA GPU or driver")
+            return Availability(
+                False, "torch.cuda.is_available() is False: no usable NVIDIA GPU or driver"
+            )
         names = tuple(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
         return Availability(True, devices=names, driver=_nvidia_driver())
 
@@ -277,7 +284,9 @@ class RocmBackend(CudaBackend):
         if torch.version.hip is None:
             return Availability(False, f"torch {torch.__version__} is not a ROCm (HIP) build")
         if not torch.cuda.is_available():
-            return Availability(False, "torch.cuda.is_available() is False: no usable AMD GPU (/dev/kfd, /dev/dri)")
+            return Availability(
+                False, "torch.cuda.is_available() is False: no usable AMD GPU (/dev/kfd, /dev/dri)"
+            )
         names = tuple(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
         return Availability(True, devices=names, driver=None)
 
@@ -292,7 +301,9 @@ class MpsBackend(Backend):
         if not torch.backends.mps.is_built():
             return Availability(False, f"torch {torch.__version__} was built without MPS")
         if not torch.backends.mps.is_available():
-            return Availability(False, "torch.backends.mps.is_available() is False: not on Apple Silicon macOS")
+            return Availability(
+                False, "torch.backends.mps.is_available() is False: not on Apple Silicon macOS"
+            )
         return Availability(True, devices=("mps",))
 
     def sync(self) -> None:
@@ -304,7 +315,9 @@ class MpsBackend(Backend):
         return MpsDriverTracker()
 
 
-BACKENDS: dict[str, Backend] = {b.name: b for b in (CpuBackend(), CudaBackend(), RocmBackend(), MpsBackend())}
+BACKENDS: dict[str, Backend] = {
+    b.name: b for b in (CpuBackend(), CudaBackend(), RocmBackend(), MpsBackend())
+}
 
 
 def get(name: str) -> Backend:

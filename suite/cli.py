@@ -45,8 +45,10 @@ def handles_errors(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
-             epilog=EXIT_CODES)
+@click.group(
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+    epilog=EXIT_CODES,
+)
 @click.version_option(__version__, prog_name="torch-matrix")
 def main() -> None:
     """Run the same PyTorch workloads on a baseline and a candidate torch pin, across backends,
@@ -54,25 +56,70 @@ def main() -> None:
 
 
 @main.command(epilog=EXIT_CODES)
-@click.option("--matrix", "matrix_file", type=click.Path(path_type=Path),
-              help="Matrix file (YAML or JSON). Default: the built-in matrix.")
-@click.option("--workload", "workloads", multiple=True, metavar="NAME|module:object",
-              help="Run only these workloads; a workload not in the matrix is added with its default grid.")
-@click.option("--backend", "backends", multiple=True, type=click.Choice(["cpu", "cuda", "rocm", "mps"]),
-              help="Run only these backends (repeatable).")
-@click.option("--profile", type=click.Choice(["smoke", "full"]), help="Problem sizes (default: the matrix's).")
-@click.option("--out", type=click.Path(path_type=Path), help="Run directory (default: torch-matrix-runs/RUN_ID).")
-@click.option("--resume", is_flag=True, help="Finish the run in --out: keep valid cell records, rerun the rest.")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
-              help="Per-cell timeout, overriding the matrix.")
-@click.option("--memory-limit", type=click.FloatRange(min=0, min_open=True), metavar="GIB",
-              help="Address-space limit for each CPU cell's worker (default: 90% of RAM).")
-@click.option("--python", "interpreter", default=sys.executable, show_default="this interpreter",
-              help="Interpreter whose torch runs the cells.")
+@click.option(
+    "--matrix",
+    "matrix_file",
+    type=click.Path(path_type=Path),
+    help="Matrix file (YAML or JSON). Default: the built-in matrix.",
+)
+@click.option(
+    "--workload",
+    "workloads",
+    multiple=True,
+    metavar="NAME|module:object",
+    help="Run only these workloads; a workload not in the matrix is added with its default grid.",
+)
+@click.option(
+    "--backend",
+    "backends",
+    multiple=True,
+    type=click.Choice(["cpu", "cuda", "rocm", "mps"]),
+    help="Run only these backends (repeatable).",
+)
+@click.option(
+    "--profile", type=click.Choice(["smoke", "full"]), help="Problem sizes (default: the matrix's)."
+)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    help="Run directory (default: torch-matrix-runs/RUN_ID).",
+)
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Finish the run in --out: keep valid cell records, rerun the rest.",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="SECONDS",
+    help="Per-cell timeout, overriding the matrix.",
+)
+@click.option(
+    "--memory-limit",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="GIB",
+    help="Address-space limit for each CPU cell's worker (default: 90% of RAM).",
+)
+@click.option(
+    "--python",
+    "interpreter",
+    default=sys.executable,
+    show_default="this interpreter",
+    help="Interpreter whose torch runs the cells.",
+)
 @handles_errors
-def run(matrix_file: Path | None, workloads: Sequence[str], backends: Sequence[str], profile: str | None,
-        out: Path | None, resume: bool, timeout: float | None, memory_limit: float | None,
-        interpreter: str) -> None:
+def run(
+    matrix_file: Path | None,
+    workloads: Sequence[str],
+    backends: Sequence[str],
+    profile: str | None,
+    out: Path | None,
+    resume: bool,
+    timeout: float | None,
+    memory_limit: float | None,
+    interpreter: str,
+) -> None:
     """Run a matrix of workloads, each cell in a fresh worker process, and write evidence."""
     from suite.matrix import expand, load_matrix, select
     from suite.progress import Progress
@@ -95,10 +142,13 @@ def run(matrix_file: Path | None, workloads: Sequence[str], backends: Sequence[s
         timeout_s=timeout,
         memory_limit_bytes=int(memory_limit * 2**30) if memory_limit else default_memory_limit(),
         command=["torch-matrix", *sys.argv[1:]],
-        progress=Progress(len(cells)),
+        progress=Progress(len(cells), stream=sys.stderr),
         run_id=run_id,
     )
-    click.echo(f"torch-matrix {__version__}: {len(cells)} cells, profile {matrix.profile}, out {out}", err=True)
+    click.echo(
+        f"torch-matrix {__version__}: {len(cells)} cells, profile {matrix.profile}, out {out}",
+        err=True,
+    )
     summary = run_matrix(matrix, options, cells=cells, resolved=resolved)
     counts: dict[str, int] = {}
     for status in summary.statuses.values():
@@ -116,8 +166,11 @@ def raise_input(message: str) -> None:
 
 @main.command(epilog=EXIT_CODES)
 @click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--kind", type=click.Choice(["matrix", "result", "run", "environment"]),
-              help="Check as this kind instead of detecting it from the file.")
+@click.option(
+    "--kind",
+    type=click.Choice(["matrix", "result", "run", "environment"]),
+    help="Check as this kind instead of detecting it from the file.",
+)
 @handles_errors
 def validate(files: Sequence[Path], kind: str | None) -> None:
     """Schema-check files the suite writes or reads. A run directory checks every file in it."""
@@ -163,9 +216,13 @@ def env(as_json: bool) -> None:
     click.echo(f"cuda/hip    {t['cuda']} / {t['hip']}   cudnn {t['cudnn']}   nccl {t['nccl']}")
     click.echo(f"python      {record['python']} ({record['interpreter']})")
     click.echo(f"os          {record['os']['platform']}")
-    click.echo(f"cpu         {record['cpu']['model']} ({record['cpu']['logical_cores']} logical cores)")
+    click.echo(
+        f"cpu         {record['cpu']['model']} ({record['cpu']['logical_cores']} logical cores)"
+    )
     for name, b in record["backends"].items():
-        state = "available " + ", ".join(b["devices"]) if b["available"] else f"absent: {b['reason']}"
+        state = (
+            "available " + ", ".join(b["devices"]) if b["available"] else f"absent: {b['reason']}"
+        )
         click.echo(f"{name:<11} {state}")
     for k, v in record["env_vars"].items():
         click.echo(f"env         {k}={v}")

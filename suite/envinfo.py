@@ -11,8 +11,20 @@ from typing import Any
 
 from suite.backends import BACKENDS
 
-ENV_PREFIXES = ("TORCH", "PYTORCH", "CUDA", "NCCL", "OMP", "MKL", "HIP", "ROCM", "HSA", "KMP",
-                "GLOO", "MALLOC_")
+ENV_PREFIXES = (
+    "TORCH",
+    "PYTORCH",
+    "CUDA",
+    "NCCL",
+    "OMP",
+    "MKL",
+    "HIP",
+    "ROCM",
+    "HSA",
+    "KMP",
+    "GLOO",
+    "MALLOC_",
+)
 IMAGE_REF_VAR = "TORCH_MATRIX_IMAGE"
 IMAGE_DIGEST_VAR = "TORCH_MATRIX_IMAGE_DIGEST"
 _SECRET = re.compile(r"TOKEN|SECRET|PASSWORD|KEY", re.IGNORECASE)
@@ -65,14 +77,14 @@ def torch_info() -> dict[str, Any]:
     try:
         if torch.backends.cudnn.is_available():
             cudnn = torch.backends.cudnn.version()
-    except Exception:  # noqa: BLE001 - a broken cuDNN probe must not break the record
+    except Exception:
         cudnn = None
     nccl: str | None = None
     try:
         if torch.cuda.is_available() and hasattr(torch.cuda, "nccl"):
             v = torch.cuda.nccl.version()
             nccl = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
-    except Exception:  # noqa: BLE001
+    except Exception:
         nccl = None
     return {
         "version": torch.__version__,
@@ -89,13 +101,20 @@ def environment() -> dict[str, Any]:
     """Build the record in the interpreter that runs the cells (imports torch)."""
     image = None
     if os.environ.get(IMAGE_REF_VAR) or os.environ.get(IMAGE_DIGEST_VAR):
-        image = {"reference": os.environ.get(IMAGE_REF_VAR), "digest": os.environ.get(IMAGE_DIGEST_VAR)}
+        image = {
+            "reference": os.environ.get(IMAGE_REF_VAR),
+            "digest": os.environ.get(IMAGE_DIGEST_VAR),
+        }
     return {
         "kind": "torch-matrix/environment",
         "schema_version": 1,
         "interpreter": sys.executable,
         "python": platform.python_version(),
-        "os": {"system": platform.system(), "release": platform.release(), "platform": platform.platform()},
+        "os": {
+            "system": platform.system(),
+            "release": platform.release(),
+            "platform": platform.platform(),
+        },
         "hostname": socket.gethostname(),
         "cpu": {"model": cpu_model(), "logical_cores": os.cpu_count()},
         "memory_total_bytes": memory_total_bytes(),

@@ -74,7 +74,7 @@ def run_process(
             env=dict(env) if env is not None else None,
             cwd=cwd,
             start_new_session=True,
-            preexec_fn=lambda: _preexec(memory_limit_bytes),  # noqa: PLW1509 - no threads touch it
+            preexec_fn=lambda: _preexec(memory_limit_bytes),
         )
         status: list[tuple[int, int, resource.struct_rusage]] = []
         waiter = threading.Thread(target=lambda: status.append(os.wait4(proc.pid, 0)), daemon=True)

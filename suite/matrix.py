@@ -80,22 +80,31 @@ def _from_doc(doc: Any, file: str, sha256: str) -> Matrix:
 def load_matrix(path: Path | None) -> Matrix:
     if path is None:
         text = default_matrix_text()
-        return _from_doc(yaml.safe_load(text), DEFAULT_MATRIX_NAME, hashlib.sha256(text.encode()).hexdigest())
+        return _from_doc(
+            yaml.safe_load(text), DEFAULT_MATRIX_NAME, hashlib.sha256(text.encode()).hexdigest()
+        )
     doc = load_document(path)
     return _from_doc(doc, str(path), hashlib.sha256(path.read_bytes()).hexdigest())
 
 
-def select(matrix: Matrix, workloads: Sequence[str], backends: Sequence[str], profile: str | None) -> Matrix:
+def select(
+    matrix: Matrix, workloads: Sequence[str], backends: Sequence[str], profile: str | None
+) -> Matrix:
     """Apply --workload, --backend and --profile from the command line."""
     entries = matrix.entries
     if workloads:
         wanted = set(workloads)
         entries = [e for e in entries if e.ref in wanted]
         present = {e.ref for e in entries}
-        entries += [Entry(w, "production", {}, None, None, None) for w in workloads if w not in present]
+        entries += [
+            Entry(w, "production", {}, None, None, None) for w in workloads if w not in present
+        ]
     for b in backends:
         if b not in ALL_BACKENDS:
-            raise InputError(f"unknown backend {b!r}; expected one of {', '.join(ALL_BACKENDS)}", path="--backend")
+            raise InputError(
+                f"unknown backend {b!r}; expected one of {', '.join(ALL_BACKENDS)}",
+                path="--backend",
+            )
     return Matrix(
         name=matrix.name,
         file=matrix.file,
@@ -121,14 +130,16 @@ def _grid(matrix: Matrix, entry: Entry, resolved: Resolved) -> list[dict[str, Pa
             raise InputError(
                 f"workload {resolved.workload.name!r} has no parameter {name!r} "
                 f"(it has: {', '.join(declared) or 'none'})",
-                file=matrix.file, path=_entry_path(matrix, entry, "grid", name),
+                file=matrix.file,
+                path=_entry_path(matrix, entry, "grid", name),
             )
         allowed = declared[name].values
         for i, value in enumerate(values):
             if allowed and value not in allowed:
                 raise InputError(
                     f"{value!r} is not a value of {name!r}; allowed: {', '.join(map(str, allowed))}",
-                    file=matrix.file, path=_entry_path(matrix, entry, "grid", name) + f"[{i}]",
+                    file=matrix.file,
+                    path=_entry_path(matrix, entry, "grid", name) + f"[{i}]",
                 )
     axes = [entry.grid.get(p.name, list(p.default)) for p in resolved.workload.params]
     names = [p.name for p in resolved.workload.params]
@@ -144,7 +155,9 @@ def expand(matrix: Matrix) -> tuple[list[CellSpec], dict[str, Resolved]]:
         try:
             resolved = resolved_by_ref.get(entry.ref) or resolve(entry.ref)
         except WorkloadError as exc:
-            raise InputError(exc.detail, file=matrix.file, path=_entry_path(matrix, entry, "workload")) from None
+            raise InputError(
+                exc.detail, file=matrix.file, path=_entry_path(matrix, entry, "workload")
+            ) from None
         resolved_by_ref[entry.ref] = resolved
         workload = resolved.workload
         backends = entry.backends or matrix.backends

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
-_COLOURS = {"ok": "32", "unsupported": "33", "skipped": "2", "failed": "31", "crashed": "31",
-            "timeout": "31", "oom": "31"}
+_COLOURS = {
+    "ok": "32",
+    "unsupported": "33",
+    "skipped": "2",
+    "failed": "31",
+    "crashed": "31",
+    "timeout": "31",
+    "oom": "31",
+}
 
 
 def _clock_text(seconds: float) -> str:
@@ -19,8 +25,13 @@ def _clock_text(seconds: float) -> str:
 
 
 class Progress:
-    def __init__(self, total: int, stream: TextIO | None = sys.stderr,
-                 clock: Callable[[], float] = time.monotonic, tty: bool | None = None) -> None:
+    def __init__(
+        self,
+        total: int,
+        stream: TextIO | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        tty: bool | None = None,
+    ) -> None:
         self.total = total
         self.stream = stream
         self.clock = clock

@@ -18,7 +18,9 @@ STDERR_TAIL_CHARS = 4000
 
 
 def utc_now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return (
+        dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    )
 
 
 def new_run_id() -> str:
@@ -132,7 +134,9 @@ def write_run(path: Path, doc: dict[str, Any]) -> None:
 
 def read_run(path: Path) -> dict[str, Any]:
     if not path.is_file():
-        raise InputError("no run record here; is this a torch-matrix run directory?", file=str(path))
+        raise InputError(
+            "no run record here; is this a torch-matrix run directory?", file=str(path)
+        )
     doc = load_document(path)
     validate(doc, "torch-matrix/run", file=str(path))
     assert isinstance(doc, dict)

@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import tempfile
-
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,12 +67,22 @@ class RunSummary:
 def suite_commit() -> tuple[str | None, bool | None]:
     here = Path(__file__).resolve().parent.parent
     try:
-        commit = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True,
-                                text=True, timeout=10, check=False)
+        commit = subprocess.run(
+            ["git", "-C", str(here), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
         if commit.returncode != 0:
             return None, None
-        dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10, check=False)
+        dirty = subprocess.run(
+            ["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
         return commit.stdout.strip(), bool(dirty.stdout.strip())
     except (OSError, subprocess.TimeoutExpired):
         return None, None
@@ -94,7 +103,9 @@ def probe_environment(options: RunOptions, log_dir: Path) -> dict[str, Any]:
         out = Path(tmp) / "env.json"
         outcome = run_process(
             [options.interpreter, "-m", "suite.worker", "probe", "--out", str(out)],
-            log_path=log_dir / "probe.log", timeout_s=PROBE_TIMEOUT_S, env=worker_env(options),
+            log_path=log_dir / "probe.log",
+            timeout_s=PROBE_TIMEOUT_S,
+            env=worker_env(options),
         )
         if outcome.returncode != 0 or not out.is_file():
             raise EnvironmentProblem(
@@ -130,30 +141,52 @@ def _reusable(path: Path, spec: CellSpec, torch_version: str) -> dict[str, Any] 
 
 
 def _record_for_outcome(
-    spec: CellSpec, run_id: str, options: RunOptions, outcome: Outcome, log: Path, started_at: str,
+    spec: CellSpec,
+    run_id: str,
+    options: RunOptions,
+    outcome: Outcome,
+    log: Path,
+    started_at: str,
     memory_limit: int | None,
 ) -> dict[str, Any]:
-    stderr = read_tail(log)
-    common = {"started_at": started_at, "wall_s": outcome.wall_s, "stderr": stderr}
+    timeout = options.timeout_s or spec.timeout_s
     if outcome.timed_out:
-        return failure_result(spec, run_id, options.round_no, status="timeout", mode="timeout",
-                              message=f"no result within {options.timeout_s or spec.timeout_s:g}s; worker killed", **common)
-    if outcome.signal_name == "SIGKILL" and outcome.maxrss_bytes and memory_limit and \
-            outcome.maxrss_bytes >= 0.8 * memory_limit:
-        return failure_result(spec, run_id, options.round_no, status="oom", mode="oom",
-                              message=f"killed by SIGKILL at peak RSS {outcome.maxrss_bytes / 2**30:.2f} GiB "
-                                      "(the kernel's out-of-memory killer)",
-                              signal="SIGKILL", exit_code=outcome.returncode, **common)
-    if outcome.signal_name:
-        return failure_result(spec, run_id, options.round_no, status="crashed", mode="signal",
-                              message=f"worker killed by {outcome.signal_name}",
-                              signal=outcome.signal_name, exit_code=outcome.returncode, **common)
-    if outcome.returncode != 0:
-        return failure_result(spec, run_id, options.round_no, status="crashed", mode="exit-code",
-                              message=f"worker exited with code {outcome.returncode} and wrote no result",
-                              exit_code=outcome.returncode, **common)
-    return failure_result(spec, run_id, options.round_no, status="crashed", mode="no-result",
-                          message="worker exited 0 but wrote no valid result", exit_code=0, **common)
+        status, mode, message = (
+            "timeout",
+            "timeout",
+            f"no result within {timeout:g}s; worker killed",
+        )
+    elif (
+        outcome.signal_name == "SIGKILL"
+        and outcome.maxrss_bytes
+        and memory_limit
+        and outcome.maxrss_bytes >= 0.8 * memory_limit
+    ):
+        status, mode = "oom", "oom"
+        message = (
+            f"killed by SIGKILL at peak RSS {outcome.maxrss_bytes / 2**30:.2f} GiB "
+            "(the kernel's out-of-memory killer)"
+        )
+    elif outcome.signal_name:
+        status, mode, message = "crashed", "signal", f"worker killed by {outcome.signal_name}"
+    elif outcome.returncode != 0:
+        status, mode = "crashed", "exit-code"
+        message = f"worker exited with code {outcome.returncode} and wrote no result"
+    else:
+        status, mode, message = "crashed", "no-result", "worker exited 0 but wrote no valid result"
+    return failure_result(
+        spec,
+        run_id,
+        options.round_no,
+        status=status,
+        mode=mode,
+        message=message,
+        started_at=started_at,
+        wall_s=outcome.wall_s,
+        exit_code=outcome.returncode,
+        signal=outcome.signal_name,
+        stderr=read_tail(log),
+    )
 
 
 def default_memory_limit() -> int | None:
@@ -163,18 +196,35 @@ def default_memory_limit() -> int | None:
     return int(total * 0.9) if total else None
 
 
-def run_cell(spec: CellSpec, run_id: str, run_dir: Path, options: RunOptions, env: dict[str, str]) -> dict[str, Any]:
+def run_cell(
+    spec: CellSpec, run_id: str, run_dir: Path, options: RunOptions, env: dict[str, str]
+) -> dict[str, Any]:
     path = cell_file(run_dir, spec.cell_id, options.round_no)
     path.unlink(missing_ok=True)
     log = run_dir / "logs" / (path.stem + ".log")
     timeout = options.timeout_s or spec.timeout_s
     # Address-space limits break GPU drivers' large reservations; they guard CPU cells only.
     memory_limit = options.memory_limit_bytes if spec.backend == "cpu" else None
-    argv = [options.interpreter, "-m", "suite.worker", "cell", "--spec", spec.to_json(),
-            "--result", str(path), "--run-id", run_id, "--round", str(options.round_no),
-            "--path", os.getcwd()]
+    argv = [
+        options.interpreter,
+        "-m",
+        "suite.worker",
+        "cell",
+        "--spec",
+        spec.to_json(),
+        "--result",
+        str(path),
+        "--run-id",
+        run_id,
+        "--round",
+        str(options.round_no),
+        "--path",
+        os.getcwd(),
+    ]
     started_at = utc_now()
-    outcome = run_process(argv, log_path=log, timeout_s=timeout, env=env, memory_limit_bytes=memory_limit)
+    outcome = run_process(
+        argv, log_path=log, timeout_s=timeout, env=env, memory_limit_bytes=memory_limit
+    )
     if outcome.returncode == 0 and not outcome.timed_out and path.is_file():
         try:
             doc = read_result(path)
@@ -188,8 +238,16 @@ def run_cell(spec: CellSpec, run_id: str, run_dir: Path, options: RunOptions, en
 
 
 def _skipped(spec: CellSpec, run_id: str, options: RunOptions, reason: str) -> dict[str, Any]:
-    doc = failure_result(spec, run_id, options.round_no, status="skipped", mode="unavailable",
-                         message=reason, started_at=utc_now(), wall_s=0.0)
+    doc = failure_result(
+        spec,
+        run_id,
+        options.round_no,
+        status="skipped",
+        mode="unavailable",
+        message=reason,
+        started_at=utc_now(),
+        wall_s=0.0,
+    )
     return doc
 
 
@@ -231,14 +289,20 @@ def run_matrix(
         "status": "running",
         "started_at": existing["started_at"] if existing else utc_now(),
         "finished_at": None,
-        "resumed_at": [*(existing.get("resumed_at", []) if existing else []), *([utc_now()] if existing else [])],
+        "resumed_at": [
+            *(existing.get("resumed_at", []) if existing else []),
+            *([utc_now()] if existing else []),
+        ],
         "command": options.command or ["torch-matrix"],
         "cwd": os.getcwd(),
         "suite": {"version": __version__, "commit": commit, "dirty": dirty},
         "matrix": matrix.evidence(),
         "profile": matrix.profile,
-        "options": {"timeout_s": options.timeout_s, "memory_limit_bytes": options.memory_limit_bytes,
-                    "round": options.round_no},
+        "options": {
+            "timeout_s": options.timeout_s,
+            "memory_limit_bytes": options.memory_limit_bytes,
+            "round": options.round_no,
+        },
         "interpreter": options.interpreter,
         "environment": env_record,
         "workloads": {
@@ -246,9 +310,13 @@ def run_matrix(
             for ref, r in resolved.items()
         },
         "cells": [
-            {"cell_id": c.cell_id, "status": "pending",
-             "file": str(cell_file(run_dir, c.cell_id, options.round_no).relative_to(run_dir)),
-             "wall_s": None, "round": options.round_no}
+            {
+                "cell_id": c.cell_id,
+                "status": "pending",
+                "file": str(cell_file(run_dir, c.cell_id, options.round_no).relative_to(run_dir)),
+                "wall_s": None,
+                "round": options.round_no,
+            }
             for c in cells
         ],
     }
@@ -265,7 +333,9 @@ def run_matrix(
             if doc is None:
                 availability = env_record["backends"].get(spec.backend, {})
                 if not availability.get("available", False):
-                    doc = _skipped(spec, run_id, options, availability.get("reason") or "backend not available")
+                    doc = _skipped(
+                        spec, run_id, options, availability.get("reason") or "backend not available"
+                    )
                     write_result(path, doc)
                 else:
                     progress.starting(spec.cell_id)
@@ -284,5 +354,3 @@ def run_matrix(
     write_run(run_path, run_doc)
     progress.done()
     return RunSummary(run_id, run_dir, statuses)
-
-

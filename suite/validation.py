@@ -61,7 +61,7 @@ def detect_kind(doc: Mapping[str, Any]) -> str | None:
     kind = doc.get("kind")
     if isinstance(kind, str):
         return kind
-    if "workloads" in doc and "version" in doc:
+    if "workloads" in doc or "version" in doc:
         return "torch-matrix/matrix"
     return None
 

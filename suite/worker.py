@@ -97,8 +97,12 @@ class WorkerContext(CellContext):
         label: str = "output",
     ) -> bool:
         dtype_name = dtype or str(self.params.get("dtype", "fp32"))
-        verdict = accuracy.judge(accuracy.rmse(result, fp64), accuracy.rmse(reference, fp64), dtype_name)
-        self.checks.append({"label": label, "reference": reference_name, "dtype": dtype_name, **verdict.as_dict()})
+        verdict = accuracy.judge(
+            accuracy.rmse(result, fp64), accuracy.rmse(reference, fp64), dtype_name
+        )
+        self.checks.append(
+            {"label": label, "reference": reference_name, "dtype": dtype_name, **verdict.as_dict()}
+        )
         return verdict.passed
 
     def metric(self, name: str, value: float | str | bool | None, unit: str | None = None) -> None:
@@ -112,7 +116,9 @@ def _correctness(checks: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The cell passes only if every check passes; the worst check's numbers lead."""
     if not checks:
         return None
-    worst = max(checks, key=lambda c: (not c["passed"], c["rmse_result"] - c["k"] * c["rmse_reference"]))
+    worst = max(
+        checks, key=lambda c: (not c["passed"], c["rmse_result"] - c["k"] * c["rmse_reference"])
+    )
     return {
         "passed": all(c["passed"] for c in checks),
         "dtype": worst["dtype"],
@@ -143,7 +149,11 @@ def _fill_measurements(doc: dict[str, Any], ctx: WorkerContext) -> None:
         timing = ctx.timing.as_dict()
         doc["timing"] = timing
         rel = timing["summary"]["relative_iqr"]
-        doc["noise"] = {"relative_iqr": rel, "grade": stats.noise_grade(rel), "threshold": stats.NOISY_RELATIVE_IQR}
+        doc["noise"] = {
+            "relative_iqr": rel,
+            "grade": stats.noise_grade(rel),
+            "threshold": stats.NOISY_RELATIVE_IQR,
+        }
         if ctx.items_per_iter:
             doc["throughput"] = {
                 "unit": ctx.unit or "items/s",
@@ -157,7 +167,9 @@ def _fill_measurements(doc: dict[str, Any], ctx: WorkerContext) -> None:
     doc["warnings"] = ctx.warnings
 
 
-def run_cell(spec: CellSpec, run_id: str, round_no: int, result_path: Path, worker_start: float) -> int:
+def run_cell(
+    spec: CellSpec, run_id: str, round_no: int, result_path: Path, worker_start: float
+) -> int:
     started_at = utc_now()
     doc = base_result(spec, run_id, round_no, started_at)
     t_import = time.perf_counter()
@@ -166,11 +178,17 @@ def run_cell(spec: CellSpec, run_id: str, round_no: int, result_path: Path, work
     from suite.workloads import resolve
 
     import_s = time.perf_counter() - t_import
-    doc["torch"] = {"version": torch.__version__, "git_version": getattr(torch.version, "git_version", None)}
+    doc["torch"] = {
+        "version": torch.__version__,
+        "git_version": getattr(torch.version, "git_version", None),
+    }
     from suite.envinfo import IMAGE_DIGEST_VAR, IMAGE_REF_VAR
 
     if os.environ.get(IMAGE_DIGEST_VAR):
-        doc["image"] = {"reference": os.environ.get(IMAGE_REF_VAR), "digest": os.environ.get(IMAGE_DIGEST_VAR)}
+        doc["image"] = {
+            "reference": os.environ.get(IMAGE_REF_VAR),
+            "digest": os.environ.get(IMAGE_DIGEST_VAR),
+        }
     backend = get(spec.backend)
     t_workload = time.perf_counter()
     ctx: WorkerContext | None = None
@@ -181,16 +199,23 @@ def run_cell(spec: CellSpec, run_id: str, round_no: int, result_path: Path, work
         availability = backend.probe()
         if not availability.available:
             doc["status"] = "skipped"
-            doc["failure"] = {"mode": "unavailable", "message": availability.reason or "backend not available"}
+            doc["failure"] = {
+                "mode": "unavailable",
+                "message": availability.reason or "backend not available",
+            }
         else:
             if spec.backend == "mps":
-                doc["fallback"] = {"enabled": mps_fallback_enabled(), "happened": False, "messages": []}
+                doc["fallback"] = {
+                    "enabled": mps_fallback_enabled(),
+                    "happened": False,
+                    "messages": [],
+                }
             size = dict(resolved.workload.sizes.get(spec.profile, {}))
             ctx = WorkerContext(spec, backend, size)
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 resolved.workload.run(ctx)
-    except BaseException as exc:  # noqa: BLE001 - every failure becomes a record
+    except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt):
             raise
         status, mode = _classify(exc)
@@ -207,10 +232,17 @@ def run_cell(spec: CellSpec, run_id: str, round_no: int, result_path: Path, work
     workload_s = time.perf_counter() - t_workload
     if ctx is not None:
         _fill_measurements(doc, ctx)
-        if doc["status"] == "ok" and doc["correctness"] is not None and not doc["correctness"]["passed"]:
+        if (
+            doc["status"] == "ok"
+            and doc["correctness"] is not None
+            and not doc["correctness"]["passed"]
+        ):
             failed = [c["label"] for c in doc["correctness"]["checks"] if not c["passed"]]
             doc["status"] = "failed"
-            doc["failure"] = {"mode": "correctness", "message": f"accuracy check failed for: {', '.join(failed)}"}
+            doc["failure"] = {
+                "mode": "correctness",
+                "message": f"accuracy check failed for: {', '.join(failed)}",
+            }
     fallback_msgs = [str(w.message) for w in caught if _MPS_FALLBACK_MARKER in str(w.message)]
     if doc["fallback"] is not None and fallback_msgs:
         doc["fallback"].update(happened=True, messages=fallback_msgs[:20])
@@ -252,7 +284,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_probe(args.out)
     for entry in reversed(args.path):
         sys.path.insert(0, entry)
-    return run_cell(CellSpec.from_json(args.spec), args.run_id, args.round, args.result, worker_start)
+    return run_cell(
+        CellSpec.from_json(args.spec), args.run_id, args.round, args.result, worker_start
+    )
 
 
 if __name__ == "__main__":

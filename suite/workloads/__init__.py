@@ -17,7 +17,15 @@ from typing import Any
 from suite.errors import WorkloadError
 from suite.workloads.base import CellContext, Param, Unsupported, Workload
 
-__all__ = ["CellContext", "Param", "Resolved", "Unsupported", "Workload", "builtin_names", "resolve"]
+__all__ = [
+    "CellContext",
+    "Param",
+    "Resolved",
+    "Unsupported",
+    "Workload",
+    "builtin_names",
+    "resolve",
+]
 
 ENTRY_POINT_GROUP = "torch_matrix.workloads"
 
@@ -39,7 +47,12 @@ class Resolved:
     sha256: str | None
 
     def source(self) -> dict[str, Any]:
-        return {"module": self.module, "object": self.object, "file": self.file, "sha256": self.sha256}
+        return {
+            "module": self.module,
+            "object": self.object,
+            "file": self.file,
+            "sha256": self.sha256,
+        }
 
 
 def builtin_names() -> list[str]:
@@ -77,7 +90,9 @@ def _load(target: str, ref: str) -> tuple[ModuleType, str, Any]:
     except WorkloadError:
         raise
     except Exception as exc:  # a plugin's import error is the user's to see, not a traceback
-        raise WorkloadError(f"importing {module_part!r} for workload {ref!r} failed: {exc!r}") from exc
+        raise WorkloadError(
+            f"importing {module_part!r} for workload {ref!r} failed: {exc!r}"
+        ) from exc
     obj: Any = module
     for attr in obj_part.split("."):
         if not hasattr(obj, attr):

@@ -40,14 +40,18 @@ def mask_mod(kind: str, size: Mapping[str, Any], device: torch.device) -> MaskMo
     """The mask as a function of (batch, head, query index, key index) tensors."""
     if kind == "causal":
 
-        def causal(b: torch.Tensor, h: torch.Tensor, q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
+        def causal(
+            b: torch.Tensor, h: torch.Tensor, q: torch.Tensor, kv: torch.Tensor
+        ) -> torch.Tensor:
             return q >= kv
 
         return causal
     if kind == "sliding_window":
         window = int(size["window"])
 
-        def sliding(b: torch.Tensor, h: torch.Tensor, q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
+        def sliding(
+            b: torch.Tensor, h: torch.Tensor, q: torch.Tensor, kv: torch.Tensor
+        ) -> torch.Tensor:
             return (q >= kv) & (q - kv < window)
 
         return sliding
@@ -55,14 +59,18 @@ def mask_mod(kind: str, size: Mapping[str, Any], device: torch.device) -> MaskMo
         # Packed causal-LM training: attention stays causal and never crosses a document edge.
         docs = document_ids(int(size["seq"]), int(size["documents"]), device)
 
-        def document(b: torch.Tensor, h: torch.Tensor, q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
+        def document(
+            b: torch.Tensor, h: torch.Tensor, q: torch.Tensor, kv: torch.Tensor
+        ) -> torch.Tensor:
             return (docs[q] == docs[kv]) & (q >= kv)
 
         return document
     if kind == "prefix_lm":
         prefix = int(size["prefix"])
 
-        def prefix_lm(b: torch.Tensor, h: torch.Tensor, q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
+        def prefix_lm(
+            b: torch.Tensor, h: torch.Tensor, q: torch.Tensor, kv: torch.Tensor
+        ) -> torch.Tensor:
             return (kv < prefix) | (q >= kv)
 
         return prefix_lm

@@ -23,7 +23,7 @@ ParamValue = str | int | float | bool
 DTYPES = ("fp32", "bf16", "fp16", "fp64")
 
 
-class Unsupported(Exception):  # noqa: N818 - reads as a status, which it is
+class Unsupported(Exception):
     """The backend or torch build cannot run this case. Recorded as status 'unsupported'."""
 
 

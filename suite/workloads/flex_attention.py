@@ -90,13 +90,14 @@ class FlexAttention(Workload):
     )
     sizes = {
         "smoke": {
+            # seq 512 spans 4x4 blocks of 128, enough for the masks' block sparsity to differ.
             "batch": 1,
             "heads": 4,
-            "seq": 256,
+            "seq": 512,
             "head_dim": 32,
-            "window": 64,
+            "window": 128,
             "documents": 4,
-            "prefix": 64,
+            "prefix": 128,
         },
         "full": {
             "batch": 4,
@@ -140,7 +141,9 @@ class FlexAttention(Workload):
         score_mod = _score_mod(score_kind, slopes)
 
         inputs = att.make_inputs(ctx, batch, heads, seq, head_dim, backward)
-        grad_out = torch.randn(batch, heads, seq, head_dim).to(ctx.device, dtype) if backward else None
+        grad_out = (
+            torch.randn(batch, heads, seq, head_dim).to(ctx.device, dtype) if backward else None
+        )
         flex = torch.compile(flex_attention) if compiled else flex_attention
         q, k, v = inputs
 

@@ -24,8 +24,12 @@ class Quick(Workload):
         n = int(ctx.params["n"]) * int(ctx.size["scale"])
         a = torch.randn(n, n, device=ctx.device)
         ctx.measure(lambda: a @ a, items_per_iter=n)
-        ctx.check_accuracy(a @ a, (a.double() @ a.double()).float(), a.double() @ a.double(),
-                           reference_name="fp64-rounded")
+        ctx.check_accuracy(
+            a @ a,
+            (a.double() @ a.double()).float(),
+            a.double() @ a.double(),
+            reference_name="fp64-rounded",
+        )
 
 
 class Segfault(Workload):

@@ -1,0 +1,86 @@
+"""Matrix expansion and its errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from suite.errors import InputError
+from suite.matrix import expand, load_matrix, select
+from tests.helpers import cli, planted
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "m.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_grid_expands_in_declared_order(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        f"version: 1\nbackends: [cpu, mps]\nworkloads:\n"
+        f"  - workload: '{planted('Quick')}'\n    grid: {{n: [32, 8]}}\n",
+    )
+    cells, _ = expand(load_matrix(path))
+    assert [c.cell_id for c in cells] == [
+        "quick.32@cpu",
+        "quick.32@mps",
+        "quick.8@cpu",
+        "quick.8@mps",
+    ]
+
+
+def test_default_grid_when_unnamed(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path, f"version: 1\nbackends: [cpu]\nworkloads:\n  - workload: '{planted('Quick')}'\n"
+    )
+    cells, _ = expand(load_matrix(path))
+    assert [c.cell_id for c in cells] == ["quick.8@cpu", "quick.16@cpu"]
+
+
+def test_unknown_param_value_names_path(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        f"version: 1\nworkloads:\n  - workload: sdpa\n"
+        f"  - workload: '{planted('Quick')}'\n    grid: {{n: [8, 9]}}\n",
+    )
+    with pytest.raises(InputError) as info:
+        expand(load_matrix(path))
+    assert info.value.file == str(path)
+    assert info.value.path == "$.workloads[1].grid.n[1]"
+    code, _, err = cli("run", "--matrix", str(path))
+    assert code == 2 and "$.workloads[1].grid.n[1]" in err and "Traceback" not in err
+
+
+def test_unknown_param_name_names_path(tmp_path: Path) -> None:
+    path = _write(tmp_path, "version: 1\nworkloads:\n  - workload: sdpa\n    grid: {seqlen: [1]}\n")
+    with pytest.raises(InputError) as info:
+        expand(load_matrix(path))
+    assert info.value.path == "$.workloads[0].grid.seqlen"
+
+
+def test_unknown_workload_names_path(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path, "version: 1\nworkloads:\n  - workload: sdpa\n  - workload: warp_drive\n"
+    )
+    with pytest.raises(InputError) as info:
+        expand(load_matrix(path))
+    assert info.value.path == "$.workloads[1].workload"
+
+
+def test_default_matrix_has_every_builtin() -> None:
+    cells, resolved = expand(load_matrix(None))
+    assert set(resolved) == {"flex_attention", "sdpa", "linear_cross_entropy", "mlp_train"}
+    ids = {c.cell_id for c in cells}
+    assert "flex_attention.causal.none.eager.fp32.fwd_bwd.s256@cpu" in ids
+    assert {c.backend for c in cells} == {"cpu", "cuda", "rocm", "mps"}
+    assert len(ids) == len(cells)
+
+
+def test_select_filters_and_adds(tmp_path: Path) -> None:
+    matrix = select(load_matrix(None), ["sdpa", planted("Quick")], ["cpu"], "full")
+    cells, _ = expand(matrix)
+    assert {c.workload for c in cells} == {"sdpa", "quick"}
+    assert {c.backend for c in cells} == {"cpu"} and {c.profile for c in cells} == {"full"}

@@ -1,0 +1,67 @@
+"""The timing loop, driven by a fake clock: no wall-clock assertions."""
+
+from __future__ import annotations
+
+from suite.measure import Budget, run_timed
+
+
+class FakeClock:
+    """Each call to fn advances time by the next step; clock reads are free."""
+
+    def __init__(self, steps_ns: list[int]) -> None:
+        self.now = 0
+        self.steps = steps_ns
+        self.calls = 0
+
+    def __call__(self) -> int:
+        return self.now
+
+    def fn(self) -> None:
+        self.now += self.steps[min(self.calls, len(self.steps) - 1)]
+        self.calls += 1
+
+
+def test_cold_start_and_warmup_are_kept_out_of_samples() -> None:
+    clock = FakeClock([5_000_000_000, 1_000_000, 1_000_000, 2_000_000])
+    budget = Budget(warmup_iters=2, min_iters=5, max_iters=10, min_time_s=0.0, max_time_s=100)
+    syncs: list[int] = []
+    timing = run_timed(clock.fn, lambda: syncs.append(1), budget, clock=clock, compiled=True)
+    assert timing.cold_start_s == 5.0
+    assert timing.compile_s == 5.0
+    assert timing.warmup_iters == 2
+    assert timing.samples_s == [0.002] * 5
+    assert len(syncs) == 2 * (1 + 2 + 5)  # a sync before and after every call
+
+
+def test_sampling_stops_at_max_time() -> None:
+    clock = FakeClock([1_000_000_000])
+    budget = Budget(warmup_iters=0, min_iters=100, max_iters=1000, min_time_s=0, max_time_s=3.5)
+    timing = run_timed(clock.fn, lambda: None, budget, clock=clock)
+    assert len(timing.samples_s) == 4
+
+
+def test_sampling_needs_both_minimums() -> None:
+    clock = FakeClock([1_000_000])
+    budget = Budget(warmup_iters=0, min_iters=3, max_iters=1000, min_time_s=0.010, max_time_s=10)
+    timing = run_timed(clock.fn, lambda: None, budget, clock=clock)
+    assert len(timing.samples_s) == 10
+
+
+def test_memory_hooks_bracket_warmup_and_samples() -> None:
+    clock = FakeClock([1_000])
+    events: list[str] = []
+
+    def fn() -> None:
+        clock.fn()
+        events.append("call")
+
+    budget = Budget(warmup_iters=1, min_iters=2, max_iters=2, min_time_s=0, max_time_s=1)
+    run_timed(
+        fn,
+        lambda: None,
+        budget,
+        clock=clock,
+        on_steady_start=lambda: events.append("start"),
+        on_steady_end=lambda: events.append("end"),
+    )
+    assert events == ["call", "start", "call", "call", "call", "end"]

@@ -1,0 +1,82 @@
+"""A team's own workload, loaded as module:object, as a file path, and from an entry point."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from suite.errors import WorkloadError
+from suite.results import read_result, read_run
+from suite.workloads import resolve
+from tests.helpers import REPO, cli, planted
+
+
+def test_module_object_reference(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(REPO)  # the worker gets the caller's directory on sys.path
+    out = tmp_path / "run"
+    code, _, err = cli(
+        "run", "--workload", "tests.plugins.planted:Quick", "--backend", "cpu", "--out", str(out)
+    )
+    assert code == 0, err
+    doc = read_result(out / "cells" / "quick.8@cpu.json")
+    assert doc["status"] == "ok"
+    assert doc["source"]["module"] == "tests.plugins.planted"
+    assert doc["spec"]["ref"] == "tests.plugins.planted:Quick"
+
+
+def test_entry_point(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    site = tmp_path / "site"
+    dist = site / "team_workloads-1.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: team-workloads\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(
+        "[torch_matrix.workloads]\nteam_quick = tests.plugins.planted:Quick\n"
+    )
+    monkeypatch.chdir(REPO)
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    assert resolve("team_quick").workload.name == "quick"
+    out = tmp_path / "run"
+    code, _, err = cli("run", "--workload", "team_quick", "--backend", "cpu", "--out", str(out))
+    assert code == 0, err
+    run = read_run(out / "run.json")
+    assert run["workloads"]["team_quick"]["module"] == "tests.plugins.planted"
+    assert read_result(out / "cells" / "quick.16@cpu.json")["status"] == "ok"
+
+
+def test_plugin_in_matrix_file(tmp_path: Path) -> None:
+    matrix = tmp_path / "m.yaml"
+    matrix.write_text(
+        f"version: 1\nbackends: [cpu]\nworkloads:\n"
+        f"  - workload: '{planted('Quick')}'\n    lane: prototype\n    grid: {{n: [32]}}\n"
+    )
+    out = tmp_path / "run"
+    code, _, err = cli("run", "--matrix", str(matrix), "--out", str(out))
+    assert code == 0, err
+    doc = read_result(out / "cells" / "quick.32@cpu.json")
+    assert doc["spec"]["lane"] == "prototype"
+
+
+@pytest.mark.parametrize(
+    ("ref", "message"),
+    [
+        ("no_such_workload", "unknown workload 'no_such_workload'"),
+        ("tests.plugins.nope:X", "importing 'tests.plugins.nope'"),
+        (f"{planted('Missing')}", "has no attribute 'Missing'"),
+        ("suite.errors:SuiteError", "neither a Workload subclass"),
+    ],
+)
+def test_bad_references(ref: str, message: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(REPO)
+    with pytest.raises(WorkloadError, match=message):
+        resolve(ref)
+    code, _, err = cli("run", "--workload", ref, "--out", "/nonexistent/never-created")
+    assert code == 2
+    assert "Traceback" not in err and message.split("'")[0] in err
+    assert not Path("/nonexistent/never-created").exists()
+
+
+def test_sys_path_not_polluted() -> None:
+    assert not any(Path(p).name == "site" for p in sys.path if "pytest" in p)

@@ -1,0 +1,51 @@
+"""Every fixture file: valid ones pass, invalid ones fail naming file and JSON path (exit 2)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from suite.errors import InputError
+from suite.validation import validate_file
+from tests.helpers import TESTS, cli
+
+VALID = sorted((TESTS / "fixtures" / "valid").iterdir())
+INVALID = sorted(p for p in (TESTS / "fixtures" / "invalid").iterdir() if p.suffix != ".expect")
+
+
+@pytest.mark.parametrize("path", VALID, ids=lambda p: p.name)
+def test_valid_fixture(path: Path) -> None:
+    validate_file(path)
+
+
+@pytest.mark.parametrize("path", INVALID, ids=lambda p: p.name)
+def test_invalid_fixture_names_file_and_path(path: Path) -> None:
+    json_path, fragment = path.with_suffix(".expect").read_text().rstrip("\n").split("\t")
+    with pytest.raises(InputError) as info:
+        validate_file(path)
+    assert info.value.file == str(path)
+    if json_path:
+        assert info.value.path == json_path
+    assert fragment in str(info.value)
+
+
+@pytest.mark.parametrize("path", INVALID, ids=lambda p: p.name)
+def test_cli_validate_invalid_exits_2_without_traceback(path: Path) -> None:
+    code, out, err = cli("validate", str(path))
+    assert code == 2
+    assert "Traceback" not in out + err
+    assert err.startswith(f"torch-matrix: error: {path}")
+
+
+def test_cli_validate_run_directory(quick_run: Path) -> None:
+    code, out, _ = cli("validate", str(quick_run))
+    assert code == 0
+    assert "(torch-matrix/run)" in out
+    assert out.count("(torch-matrix/result)") == 4
+
+
+def test_missing_file_is_input_error(tmp_path: Path) -> None:
+    code, _, err = cli("validate", str(tmp_path / "nope.json"))
+    assert code == 2
+    assert "file not found" in err
