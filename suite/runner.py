@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,7 +46,7 @@ class RunOptions:
     resume: bool = False
     timeout_s: float | None = None
     memory_limit_bytes: int | None = None
-    round_no: int = 0
+    rounds: tuple[int, ...] = (0,)
     command: list[str] = field(default_factory=lambda: list(sys.argv))
     extra_env: dict[str, str] = field(default_factory=dict)
     progress: Progress | None = None
@@ -92,10 +92,36 @@ def worker_env(options: RunOptions) -> dict[str, str]:
     env = dict(os.environ)
     env.update(WORKER_ENV)
     env.update(options.extra_env)
-    # The worker must import this very suite, even from an interpreter that lacks it installed.
-    src = str(Path(__file__).resolve().parent.parent)
+    src = str(suite_import_root())
     env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH", "")) if p)
     return env
+
+
+def suite_import_root() -> Path:
+    """A folder holding only this suite, for the worker's PYTHONPATH.
+
+    The worker must import this very suite even from an interpreter (a venv for the other torch
+    pin) that lacks it. Putting the suite's parent folder on the path would also expose that
+    folder's other packages, the parent interpreter's torch among them when it is site-packages.
+    """
+    package = Path(__file__).resolve().parent
+    root = (
+        Path(tempfile.gettempdir()) / f"torch-matrix-src-{os.getuid()}-{_short_hash(str(package))}"
+    )
+    link = root / "suite"
+    if not link.is_symlink() or link.resolve() != package:
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = root / f".suite.{os.getpid()}"
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(package, target_is_directory=True)
+        os.replace(tmp, link)
+    return root
+
+
+def _short_hash(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def probe_environment(options: RunOptions, log_dir: Path) -> dict[str, Any]:
@@ -143,6 +169,7 @@ def _reusable(path: Path, spec: CellSpec, torch_version: str) -> dict[str, Any] 
 def _record_for_outcome(
     spec: CellSpec,
     run_id: str,
+    round_no: int,
     options: RunOptions,
     outcome: Outcome,
     log: Path,
@@ -177,7 +204,7 @@ def _record_for_outcome(
     return failure_result(
         spec,
         run_id,
-        options.round_no,
+        round_no,
         status=status,
         mode=mode,
         message=message,
@@ -197,9 +224,14 @@ def default_memory_limit() -> int | None:
 
 
 def run_cell(
-    spec: CellSpec, run_id: str, run_dir: Path, options: RunOptions, env: dict[str, str]
+    spec: CellSpec,
+    run_id: str,
+    run_dir: Path,
+    options: RunOptions,
+    env: dict[str, str],
+    round_no: int,
 ) -> dict[str, Any]:
-    path = cell_file(run_dir, spec.cell_id, options.round_no)
+    path = cell_file(run_dir, spec.cell_id, round_no)
     path.unlink(missing_ok=True)
     log = run_dir / "logs" / (path.stem + ".log")
     timeout = options.timeout_s or spec.timeout_s
@@ -217,7 +249,7 @@ def run_cell(
         "--run-id",
         run_id,
         "--round",
-        str(options.round_no),
+        str(round_no),
         "--path",
         os.getcwd(),
     ]
@@ -235,23 +267,121 @@ def run_cell(
                 doc["harness"]["parent_wall_s"] = outcome.wall_s
                 write_result(path, doc)
             return doc
-    doc = _record_for_outcome(spec, run_id, options, outcome, log, started_at, memory_limit)
+    doc = _record_for_outcome(
+        spec, run_id, round_no, options, outcome, log, started_at, memory_limit
+    )
     write_result(path, doc)
     return doc
 
 
-def _skipped(spec: CellSpec, run_id: str, options: RunOptions, reason: str) -> dict[str, Any]:
-    doc = failure_result(
-        spec,
-        run_id,
-        options.round_no,
-        status="skipped",
-        mode="unavailable",
-        message=reason,
-        started_at=utc_now(),
-        wall_s=0.0,
-    )
-    return doc
+class Run:
+    """One run directory: its run.json kept current after every cell."""
+
+    def __init__(
+        self,
+        matrix: Matrix,
+        options: RunOptions,
+        cells: Sequence[CellSpec],
+        resolved: dict[str, Resolved],
+        environment: dict[str, Any] | None = None,
+    ) -> None:
+        self.options = options
+        self.dir = options.out
+        self.path = self.dir / "run.json"
+        existing: dict[str, Any] | None = None
+        if self.path.exists():
+            if not options.resume:
+                raise InputError(
+                    "already holds a run; pass --resume to finish it, or choose another --out",
+                    file=str(self.path),
+                )
+            existing = read_run(self.path)
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise EnvironmentProblem(f"cannot create output directory {self.dir}: {exc}") from exc
+        for stale in self.dir.glob("cells/.*.tmp"):
+            stale.unlink(missing_ok=True)
+        self.environment = environment or probe_environment(options, self.dir / "logs")
+        self.torch_version = self.environment["torch"]["version"]
+        self.run_id = existing["run_id"] if existing else (options.run_id or new_run_id())
+        self.worker_env = worker_env(options)
+        commit, dirty = suite_commit()
+        resumed = [*existing.get("resumed_at", []), utc_now()] if existing else []
+        self.doc: dict[str, Any] = {
+            "kind": "torch-matrix/run",
+            "schema_version": 1,
+            "run_id": self.run_id,
+            "status": "running",
+            "started_at": existing["started_at"] if existing else utc_now(),
+            "finished_at": None,
+            "resumed_at": resumed,
+            "command": options.command or ["torch-matrix"],
+            "cwd": os.getcwd(),
+            "suite": {"version": __version__, "commit": commit, "dirty": dirty},
+            "matrix": matrix.evidence(),
+            "profile": matrix.profile,
+            "options": {
+                "timeout_s": options.timeout_s,
+                "memory_limit_bytes": options.memory_limit_bytes,
+                "rounds": len(options.rounds),
+            },
+            "interpreter": options.interpreter,
+            "environment": self.environment,
+            "workloads": {
+                ref: {"ref": ref, "module": r.module, "file": r.file, "sha256": r.sha256}
+                for ref, r in resolved.items()
+            },
+            "cells": [
+                {
+                    "cell_id": c.cell_id,
+                    "status": "pending",
+                    "file": str(cell_file(self.dir, c.cell_id, r).relative_to(self.dir)),
+                    "wall_s": None,
+                    "round": r,
+                }
+                for r in options.rounds
+                for c in cells
+            ],
+        }
+        self._index = {(c["cell_id"], c["round"]): c for c in self.doc["cells"]}
+        write_run(self.path, self.doc)
+
+    def execute(self, spec: CellSpec, round_no: int) -> tuple[dict[str, Any], bool]:
+        """Run one cell (or keep its valid record when resuming); returns (record, reused)."""
+        path = cell_file(self.dir, spec.cell_id, round_no)
+        doc = _reusable(path, spec, self.torch_version) if self.options.resume else None
+        reused = doc is not None
+        if doc is None:
+            availability = self.environment["backends"].get(spec.backend, {})
+            if not availability.get("available", False):
+                reason = availability.get("reason") or "backend not available"
+                doc = failure_result(
+                    spec,
+                    self.run_id,
+                    round_no,
+                    status="skipped",
+                    mode="unavailable",
+                    message=reason,
+                    started_at=utc_now(),
+                    wall_s=0.0,
+                )
+                write_result(path, doc)
+            else:
+                if self.options.progress is not None:
+                    self.options.progress.starting(spec.cell_id)
+                doc = run_cell(spec, self.run_id, self.dir, self.options, self.worker_env, round_no)
+        # The parent's view of the cell's wall time: process start and teardown included.
+        harness = doc.get("harness") or {}
+        self._index[(spec.cell_id, round_no)].update(
+            status=doc["status"], wall_s=harness.get("parent_wall_s", doc["wall_s"])
+        )
+        write_run(self.path, self.doc)
+        return doc, reused
+
+    def finish(self, status: str = "complete") -> None:
+        self.doc.update(status=status, finished_at=utc_now())
+        write_run(self.path, self.doc)
 
 
 def run_matrix(
@@ -261,103 +391,21 @@ def run_matrix(
     cells: Sequence[CellSpec] | None = None,
     resolved: dict[str, Resolved] | None = None,
     environment: dict[str, Any] | None = None,
-    on_cell: Callable[[CellSpec, dict[str, Any]], None] | None = None,
 ) -> RunSummary:
     if cells is None or resolved is None:
         cells, resolved = expand(matrix)
-    run_dir = options.out
-    run_path = run_dir / "run.json"
-    existing: dict[str, Any] | None = None
-    if run_path.exists():
-        if not options.resume:
-            raise InputError(
-                "already holds a run; pass --resume to finish it, or choose another --out",
-                file=str(run_path),
-            )
-        existing = read_run(run_path)
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise EnvironmentProblem(f"cannot create output directory {run_dir}: {exc}") from exc
-    for stale in run_dir.glob("cells/.*.tmp"):
-        stale.unlink(missing_ok=True)
-    env_record = environment or probe_environment(options, run_dir / "logs")
-    torch_version = env_record["torch"]["version"]
-    run_id = existing["run_id"] if existing else (options.run_id or new_run_id())
-    commit, dirty = suite_commit()
-    run_doc: dict[str, Any] = {
-        "kind": "torch-matrix/run",
-        "schema_version": 1,
-        "run_id": run_id,
-        "status": "running",
-        "started_at": existing["started_at"] if existing else utc_now(),
-        "finished_at": None,
-        "resumed_at": [
-            *(existing.get("resumed_at", []) if existing else []),
-            *([utc_now()] if existing else []),
-        ],
-        "command": options.command or ["torch-matrix"],
-        "cwd": os.getcwd(),
-        "suite": {"version": __version__, "commit": commit, "dirty": dirty},
-        "matrix": matrix.evidence(),
-        "profile": matrix.profile,
-        "options": {
-            "timeout_s": options.timeout_s,
-            "memory_limit_bytes": options.memory_limit_bytes,
-            "round": options.round_no,
-        },
-        "interpreter": options.interpreter,
-        "environment": env_record,
-        "workloads": {
-            ref: {"ref": ref, "module": r.module, "file": r.file, "sha256": r.sha256}
-            for ref, r in resolved.items()
-        },
-        "cells": [
-            {
-                "cell_id": c.cell_id,
-                "status": "pending",
-                "file": str(cell_file(run_dir, c.cell_id, options.round_no).relative_to(run_dir)),
-                "wall_s": None,
-                "round": options.round_no,
-            }
-            for c in cells
-        ],
-    }
-    index = {c["cell_id"]: c for c in run_doc["cells"]}
-    write_run(run_path, run_doc)
-    progress = options.progress or Progress(len(cells), stream=None)
-    env = worker_env(options)
+    run = Run(matrix, options, cells, resolved, environment)
+    progress = options.progress or Progress(len(cells) * len(options.rounds), stream=None)
     statuses: dict[str, str] = {}
     try:
-        for spec in cells:
-            path = cell_file(run_dir, spec.cell_id, options.round_no)
-            doc = _reusable(path, spec, torch_version) if options.resume else None
-            reused = doc is not None
-            if doc is None:
-                availability = env_record["backends"].get(spec.backend, {})
-                if not availability.get("available", False):
-                    doc = _skipped(
-                        spec, run_id, options, availability.get("reason") or "backend not available"
-                    )
-                    write_result(path, doc)
-                else:
-                    progress.starting(spec.cell_id)
-                    doc = run_cell(spec, run_id, run_dir, options, env)
-            statuses[spec.cell_id] = doc["status"]
-            # The parent's view of the cell's wall time: process start and teardown included.
-            wall = doc.get("harness", {}) or {}
-            index[spec.cell_id].update(
-                status=doc["status"], wall_s=wall.get("parent_wall_s", doc["wall_s"])
-            )
-            write_run(run_path, run_doc)
-            progress.finished(spec.cell_id, doc, reused=reused)
-            if on_cell is not None:
-                on_cell(spec, doc)
+        for round_no in options.rounds:
+            for spec in cells:
+                doc, reused = run.execute(spec, round_no)
+                statuses[spec.cell_id] = doc["status"]
+                progress.finished(spec.cell_id, doc, reused=reused)
     except BaseException:
-        run_doc.update(status="interrupted", finished_at=utc_now())
-        write_run(run_path, run_doc)
+        run.finish("interrupted")
         raise
-    run_doc.update(status="complete", finished_at=utc_now())
-    write_run(run_path, run_doc)
+    run.finish()
     progress.done()
-    return RunSummary(run_id, run_dir, statuses)
+    return RunSummary(run.run_id, run.dir, statuses)
