@@ -168,7 +168,7 @@ def raise_input(message: str) -> None:
 @click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option(
     "--kind",
-    type=click.Choice(["matrix", "result", "run", "environment"]),
+    type=click.Choice(["matrix", "result", "run", "environment", "policy", "decision"]),
     help="Check as this kind instead of detecting it from the file.",
 )
 @handles_errors

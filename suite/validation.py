@@ -25,7 +25,11 @@ KINDS: dict[str, tuple[str, tuple[int, ...]]] = {
     "torch-matrix/result": ("result.schema.json", (1,)),
     "torch-matrix/run": ("run.schema.json", (1,)),
     "torch-matrix/environment": ("environment.schema.json", (1,)),
+    "torch-matrix/policy": ("policy.schema.json", (1,)),
+    "torch-matrix/decision": ("decision.schema.json", (1,)),
 }
+# Files whose format version sits in 'version' (hand-written files) rather than 'schema_version'.
+VERSION_KEYED = ("torch-matrix/matrix", "torch-matrix/policy")
 
 
 def _schema_text(name: str) -> str:
@@ -46,7 +50,8 @@ def schema(name: str) -> dict[str, Any]:
 def _registry() -> Registry:
     registry: Registry = Registry()
     for file_name, _ in KINDS.values():
-        registry = registry.with_resource(file_name, Resource.from_contents(schema(file_name)))
+        contents = schema(file_name)
+        registry = registry.with_resource(contents["$id"], Resource.from_contents(contents))
     return registry
 
 
@@ -61,6 +66,8 @@ def detect_kind(doc: Mapping[str, Any]) -> str | None:
     kind = doc.get("kind")
     if isinstance(kind, str):
         return kind
+    if "profiles" in doc:
+        return "torch-matrix/policy"
     if "workloads" in doc or "version" in doc:
         return "torch-matrix/matrix"
     return None
@@ -71,7 +78,7 @@ def validate(doc: Any, kind: str, *, file: str) -> None:
     if not isinstance(doc, dict):
         raise InputError(f"expected an object, found {type(doc).__name__}", file=file, path="$")
     schema_file, versions = KINDS[kind]
-    version_key = "version" if kind == "torch-matrix/matrix" else "schema_version"
+    version_key = "version" if kind in VERSION_KEYED else "schema_version"
     found = doc.get(version_key)
     if found is not None and found not in versions:
         newest = max(versions)
