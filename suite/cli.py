@@ -55,29 +55,100 @@ def main() -> None:
     and decide whether to adopt the upgrade."""
 
 
+def matrix_options(fn: F) -> F:
+    """The options that choose cells, shared by run and ab."""
+    decorators = [
+        click.option(
+            "--matrix",
+            "matrix_file",
+            type=click.Path(path_type=Path),
+            help="Matrix file (YAML or JSON). Default: the built-in matrix.",
+        ),
+        click.option(
+            "--workload",
+            "workloads",
+            multiple=True,
+            metavar="NAME|module:object",
+            help="Run only these workloads; one not in the matrix is added with its default grid.",
+        ),
+        click.option(
+            "--backend",
+            "backends",
+            multiple=True,
+            type=click.Choice(["cpu", "cuda", "rocm", "mps"]),
+            help="Run only these backends (repeatable).",
+        ),
+        click.option(
+            "--cell",
+            "cell_ids",
+            multiple=True,
+            metavar="CELL_ID",
+            help="Run only these cells (repeatable), e.g. to reproduce one.",
+        ),
+        click.option(
+            "--size",
+            "size",
+            type=click.Choice(["smoke", "full"]),
+            help="Problem sizes (default: the matrix's profile).",
+        ),
+        click.option(
+            "--timeout",
+            type=click.FloatRange(min=0, min_open=True),
+            metavar="SECONDS",
+            help="Per-cell timeout, overriding the matrix.",
+        ),
+        click.option(
+            "--memory-limit",
+            type=click.FloatRange(min=0, min_open=True),
+            metavar="GIB",
+            help="Address-space limit for each CPU cell's worker (default: 90% of RAM).",
+        ),
+    ]
+    for decorator in reversed(decorators):
+        fn = decorator(fn)
+    return fn
+
+
+def plan(
+    matrix_file: Path | None,
+    workloads: Sequence[str],
+    backends: Sequence[str],
+    cell_ids: Sequence[str],
+    size: str | None,
+) -> tuple[Any, list[Any], dict[str, Any]]:
+    from suite.errors import InputError
+    from suite.matrix import expand, load_matrix, select
+
+    matrix = select(load_matrix(matrix_file), workloads, backends, size)
+    cells, resolved = expand(matrix)
+    if cell_ids:
+        known = {c.cell_id for c in cells}
+        missing = [c for c in cell_ids if c not in known]
+        if missing:
+            raise InputError(
+                f"no cell {missing[0]!r} in this matrix", file=matrix.file, path="--cell"
+            )
+        cells = [c for c in cells if c.cell_id in set(cell_ids)]
+    if not cells:
+        raise InputError(
+            "the matrix selects no cells (check --workload and --backend)", file=matrix.file
+        )
+    return matrix, cells, resolved
+
+
+def memory_limit_bytes(memory_limit: float | None) -> int | None:
+    from suite.runner import default_memory_limit
+
+    return int(memory_limit * 2**30) if memory_limit else default_memory_limit()
+
+
 @main.command(epilog=EXIT_CODES)
+@matrix_options
 @click.option(
-    "--matrix",
-    "matrix_file",
-    type=click.Path(path_type=Path),
-    help="Matrix file (YAML or JSON). Default: the built-in matrix.",
-)
-@click.option(
-    "--workload",
-    "workloads",
-    multiple=True,
-    metavar="NAME|module:object",
-    help="Run only these workloads; a workload not in the matrix is added with its default grid.",
-)
-@click.option(
-    "--backend",
-    "backends",
-    multiple=True,
-    type=click.Choice(["cpu", "cuda", "rocm", "mps"]),
-    help="Run only these backends (repeatable).",
-)
-@click.option(
-    "--profile", type=click.Choice(["smoke", "full"]), help="Problem sizes (default: the matrix's)."
+    "--profile",
+    "size_alias",
+    type=click.Choice(["smoke", "full"]),
+    help="Same as --size (in ab and compare, --profile names the policy profile).",
 )
 @click.option(
     "--out",
@@ -88,18 +159,6 @@ def main() -> None:
     "--resume",
     is_flag=True,
     help="Finish the run in --out: keep valid cell records, rerun the rest.",
-)
-@click.option(
-    "--timeout",
-    type=click.FloatRange(min=0, min_open=True),
-    metavar="SECONDS",
-    help="Per-cell timeout, overriding the matrix.",
-)
-@click.option(
-    "--memory-limit",
-    type=click.FloatRange(min=0, min_open=True),
-    metavar="GIB",
-    help="Address-space limit for each CPU cell's worker (default: 90% of RAM).",
 )
 @click.option(
     "--python",
@@ -113,34 +172,33 @@ def run(
     matrix_file: Path | None,
     workloads: Sequence[str],
     backends: Sequence[str],
-    profile: str | None,
-    out: Path | None,
-    resume: bool,
+    cell_ids: Sequence[str],
+    size: str | None,
     timeout: float | None,
     memory_limit: float | None,
+    size_alias: str | None,
+    out: Path | None,
+    resume: bool,
     interpreter: str,
 ) -> None:
     """Run a matrix of workloads, each cell in a fresh worker process, and write evidence."""
-    from suite.matrix import expand, load_matrix, select
+    from suite.errors import InputError
     from suite.progress import Progress
     from suite.results import new_run_id
-    from suite.runner import RunOptions, default_memory_limit, run_matrix
+    from suite.runner import RunOptions, run_matrix
 
-    matrix = select(load_matrix(matrix_file), workloads, backends, profile)
-    cells, resolved = expand(matrix)
-    if not cells:
-        raise_input("the matrix selects no cells (check --workload and --backend)")
+    matrix, cells, resolved = plan(matrix_file, workloads, backends, cell_ids, size or size_alias)
     run_id = new_run_id()
     if out is None:
         if resume:
-            raise_input("--resume needs --out: the run directory to finish")
+            raise InputError("--resume needs --out: the run directory to finish")
         out = Path("torch-matrix-runs") / run_id
     options = RunOptions(
         out=out,
         interpreter=interpreter,
         resume=resume,
         timeout_s=timeout,
-        memory_limit_bytes=int(memory_limit * 2**30) if memory_limit else default_memory_limit(),
+        memory_limit_bytes=memory_limit_bytes(memory_limit),
         command=["torch-matrix", *sys.argv[1:]],
         progress=Progress(len(cells), stream=sys.stderr),
         run_id=run_id,
@@ -156,12 +214,6 @@ def run(
     click.echo(f"run {summary.run_id}: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
     click.echo(f"results: {summary.run_dir}")
     sys.exit(1 if summary.failed else 0)
-
-
-def raise_input(message: str) -> None:
-    from suite.errors import InputError
-
-    raise InputError(message)
 
 
 @main.command(epilog=EXIT_CODES)

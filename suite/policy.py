@@ -1,0 +1,171 @@
+"""Policies: gates, thresholds and decision rules, loaded, checked and hashed before a run."""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from suite.errors import InputError
+from suite.validation import load_document, validate
+
+DEFAULT_POLICY_NAME = "<built-in default policy>"
+DECISIONS = ("adopt", "isolate", "defer", "rollback")
+
+
+def decision_rank(decision: str) -> int:
+    return DECISIONS.index(decision)
+
+
+def worst(decisions: list[str]) -> str:
+    return max(decisions, key=decision_rank, default="adopt")
+
+
+@dataclass(frozen=True)
+class Gate:
+    name: str
+    severity: str
+    threshold: float | None = None
+    required: bool = False
+    min_bytes: int = 0
+    budget_bytes: int | None = None
+    must_not_grow: bool = False
+    paths: tuple[str, ...] = ()
+    tolerances: dict[str, tuple[float, float]] | None = None
+
+
+@dataclass(frozen=True)
+class Rule:
+    decision: str
+    verdicts: tuple[str, ...]
+    severity: str | None = None
+    gate: str | None = None
+    fleet: bool | None = None
+    required: bool | None = None
+    lane: str | None = None
+    reason: str = ""
+
+    def matches(self, gate: Gate, verdict: str, *, fleet: bool, lane: str) -> bool:
+        return (
+            verdict in self.verdicts
+            and (self.severity is None or self.severity == gate.severity)
+            and (self.gate is None or self.gate == gate.name)
+            and (self.fleet is None or self.fleet == fleet)
+            and (self.required is None or self.required == gate.required)
+            and (self.lane is None or self.lane == lane)
+        )
+
+
+@dataclass(frozen=True)
+class Policy:
+    file: str
+    sha256: str
+    profile: str
+    fleet_backends: tuple[str, ...]
+    gates: dict[str, Gate]
+    rules: tuple[Rule, ...]
+    isolatable: tuple[str, ...]
+    alpha: float
+    confidence: float
+    resamples: int
+
+    def is_isolatable(self, workload: str, backend: str) -> bool:
+        row = f"{workload}@{backend}"
+        return any(
+            fnmatch.fnmatchcase(row, p) or fnmatch.fnmatchcase(workload, p) for p in self.isolatable
+        )
+
+    def evidence(self) -> dict[str, Any]:
+        return {
+            "file": self.file,
+            "sha256": self.sha256,
+            "profile": self.profile,
+            "fleet_backends": list(self.fleet_backends),
+        }
+
+
+def _gate(name: str, raw: dict[str, Any]) -> Gate:
+    tolerances = raw.get("tolerances")
+    return Gate(
+        name=name,
+        severity=raw["severity"],
+        threshold=raw.get("threshold"),
+        required=bool(raw.get("required", False)),
+        min_bytes=int(raw.get("min_bytes", 0)),
+        budget_bytes=raw.get("budget_bytes"),
+        must_not_grow=bool(raw.get("must_not_grow", False)),
+        paths=tuple(raw.get("paths", ())),
+        tolerances={k: (float(v[0]), float(v[1])) for k, v in tolerances.items()}
+        if tolerances
+        else None,
+    )
+
+
+def _rule(raw: dict[str, Any]) -> Rule:
+    return Rule(
+        decision=raw["decision"],
+        verdicts=tuple(raw["verdicts"]),
+        severity=raw.get("severity"),
+        gate=raw.get("gate"),
+        fleet=raw.get("fleet"),
+        required=raw.get("required"),
+        lane=raw.get("lane"),
+        reason=raw.get("reason", ""),
+    )
+
+
+def default_policy_text() -> str:
+    return resources.files("suite.data").joinpath("default-policy.yaml").read_text("utf-8")
+
+
+def load_policy(path: Path | None, profile: str | None) -> Policy:
+    if path is None:
+        text = default_policy_text()
+        doc, file, digest = (
+            yaml.safe_load(text),
+            DEFAULT_POLICY_NAME,
+            hashlib.sha256(text.encode()).hexdigest(),
+        )
+    else:
+        doc, file = load_document(path), str(path)
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    validate(doc, "torch-matrix/policy", file=file)
+    name = profile or doc.get("default_profile")
+    if name is None:
+        raise InputError(
+            "no --profile given and the policy names no default_profile",
+            file=file,
+            path="$.default_profile",
+        )
+    if name not in doc["profiles"]:
+        raise InputError(
+            f"no profile {name!r}; the policy has: {', '.join(sorted(doc['profiles']))}",
+            file=file,
+            path=f"$.profiles.{name}",
+        )
+    raw = doc["profiles"][name]
+    stats = raw.get("statistics", {})
+    rules = raw.get("rules", doc.get("rules"))
+    if not rules:
+        raise InputError(
+            "no decision rules: give 'rules' at the top or in the profile",
+            file=file,
+            path=f"$.profiles.{name}.rules",
+        )
+    return Policy(
+        file=file,
+        sha256=digest,
+        profile=name,
+        fleet_backends=tuple(raw["fleet_backends"]),
+        gates={g: _gate(g, r) for g, r in raw["gates"].items()},
+        rules=tuple(_rule(r) for r in rules),
+        isolatable=tuple(raw.get("isolatable", ())),
+        alpha=float(stats.get("alpha", 0.01)),
+        confidence=float(stats.get("confidence", 0.95)),
+        resamples=int(stats.get("resamples", 2000)),
+    )
