@@ -54,7 +54,7 @@ def rmse(
         raise ValueError(f"cannot compare {len(left)} tensors with {len(right)}")
     total = 0.0
     count = 0
-    for x, y in zip(left, right):
+    for x, y in zip(left, right, strict=True):
         if x.shape != y.shape:
             raise ValueError(f"shape mismatch: {tuple(x.shape)} vs {tuple(y.shape)}")
         diff = x.detach().to("cpu", torch.float64) - y.detach().to("cpu", torch.float64)

@@ -278,3 +278,178 @@ def env(as_json: bool) -> None:
         click.echo(f"{name:<11} {state}")
     for k, v in record["env_vars"].items():
         click.echo(f"env         {k}={v}")
+
+
+DECISION_EXIT_CODES = """\b
+Exit codes:
+  0  adopt      the candidate passes every gate
+  4  isolate    failures confined to prototype-lane or isolatable rows
+  5  defer      evidence missing or inconclusive, a budget exceeded, a performance regression
+  6  rollback   a hard gate failed on a backend the fleet depends on
+  2  invalid input (the message names file and field)
+  3  environment problem (e.g. a side's environment could not be prepared)
+  130  interrupted"""
+
+
+def policy_options(fn: F) -> F:
+    fn = click.option(
+        "--profile",
+        "policy_profile",
+        metavar="NAME",
+        help="Policy profile (default: the policy's default_profile).",
+    )(fn)
+    fn = click.option(
+        "--policy",
+        "policy_file",
+        type=click.Path(path_type=Path),
+        help="Policy file (YAML or JSON). Default: the built-in policy.",
+    )(fn)
+    return fn
+
+
+def format_option(fn: F) -> F:
+    return click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(["table", "markdown", "json", "junit"]),
+        default="table",
+        show_default=True,
+        help="Report format on stdout.",
+    )(fn)
+
+
+def write_reports(decision: dict[str, Any], out: Path) -> None:
+    from suite.report import render, write_chart
+    from suite.results import atomic_write_json
+
+    atomic_write_json(out / "decision.json", decision)
+    (out / "decision.md").write_text(render(decision, "markdown"), encoding="utf-8")
+    (out / "junit.xml").write_text(render(decision, "junit"), encoding="utf-8")
+    write_chart(decision, out / "chart.png")
+
+
+def finish_decision(decision: dict[str, Any], fmt: str) -> None:
+    from suite.decide import exit_code
+    from suite.report import render
+
+    click.echo(render(decision, fmt))
+    sys.exit(exit_code(decision["decision"]))
+
+
+@main.command(epilog=DECISION_EXIT_CODES)
+@click.option(
+    "--baseline",
+    default="current",
+    show_default=True,
+    metavar="SIDE",
+    help="torch==X.Y.Z (a cached venv is made), a path to a Python with torch, or "
+    "'current' (this interpreter).",
+)
+@click.option("--candidate", required=True, metavar="SIDE", help="Same forms as --baseline.")
+@matrix_options
+@policy_options
+@click.option(
+    "--rounds",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="Interleaved rounds per side.",
+)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    help="Output directory (default: torch-matrix-runs/ab-RUN_ID).",
+)
+@click.option("--no-traces", is_flag=True, help="Skip the profiler traces of failing cells.")
+@format_option
+@handles_errors
+def ab(
+    baseline: str,
+    candidate: str,
+    matrix_file: Path | None,
+    workloads: Sequence[str],
+    backends: Sequence[str],
+    cell_ids: Sequence[str],
+    size: str | None,
+    timeout: float | None,
+    memory_limit: float | None,
+    policy_file: Path | None,
+    policy_profile: str | None,
+    rounds: int,
+    out: Path | None,
+    no_traces: bool,
+    fmt: str,
+) -> None:
+    """Run the same cells on a baseline and a candidate torch, interleaved, and decide."""
+    from suite.ab import AbOptions, run_ab
+    from suite.policy import load_policy
+    from suite.progress import Progress
+    from suite.results import new_run_id
+    from suite.sides import parse, prepare
+
+    policy = load_policy(policy_file, policy_profile)  # fixed before anything runs
+    matrix, cells, resolved = plan(matrix_file, workloads, backends, cell_ids, size)
+    parse(baseline, "baseline")
+    parse(candidate, "candidate")
+    out = out or Path("torch-matrix-runs") / f"ab-{new_run_id()}"
+    for role in ("baseline", "candidate"):
+        if (out / role / "run.json").exists():
+            from suite.errors import InputError
+
+            raise InputError(
+                "already holds a run; choose another --out", file=str(out / role / "run.json")
+            )
+    click.echo(f"preparing baseline {baseline} …", err=True)
+    base_side = prepare(baseline, "baseline", log=out / "prepare.log")
+    click.echo(f"preparing candidate {candidate} …", err=True)
+    cand_side = prepare(candidate, "candidate", log=out / "prepare.log")
+    click.echo(
+        f"torch-matrix {__version__}: {len(cells)} cells x {rounds} rounds x 2 sides, policy "
+        f"{policy.profile} ({policy.sha256[:12]}), out {out}",
+        err=True,
+    )
+    options = AbOptions(
+        out=out,
+        rounds=rounds,
+        timeout_s=timeout,
+        memory_limit_bytes=memory_limit_bytes(memory_limit),
+        progress=Progress(len(cells) * rounds * 2, stream=sys.stderr),
+        traces=not no_traces,
+    )
+    decision = run_ab(matrix, cells, resolved, base_side, cand_side, policy, options)
+    write_reports(decision, out)
+    click.echo(f"decision: {decision['decision']} — reports in {out}", err=True)
+    finish_decision(decision, fmt)
+
+
+@main.command(epilog=DECISION_EXIT_CODES)
+@click.argument("baseline_dir", type=click.Path(path_type=Path))
+@click.argument("candidate_dir", type=click.Path(path_type=Path))
+@policy_options
+@format_option
+@click.option(
+    "--out",
+    "out_file",
+    type=click.Path(path_type=Path),
+    help="Also write the report (in --format) to this file.",
+)
+@handles_errors
+def compare(
+    baseline_dir: Path,
+    candidate_dir: Path,
+    policy_file: Path | None,
+    policy_profile: str | None,
+    fmt: str,
+    out_file: Path | None,
+) -> None:
+    """Decide from two existing run directories."""
+    from suite.compare import Side, decide
+    from suite.policy import load_policy
+    from suite.report import render
+
+    policy = load_policy(policy_file, policy_profile)
+    decision = decide(Side.load(baseline_dir), Side.load(candidate_dir), policy)
+    if out_file is not None:
+        out_file.parent.mkdir(parents=True, exist_ok=True)
+        out_file.write_text(render(decision, fmt), encoding="utf-8")
+    finish_decision(decision, fmt)

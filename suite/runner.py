@@ -223,6 +223,19 @@ def default_memory_limit() -> int | None:
     return int(total * 0.9) if total else None
 
 
+def worker_argv(
+    interpreter: str, spec: CellSpec, result: Path, run_id: str, round_no: int
+) -> list[str]:
+    return [
+        interpreter, "-m", "suite.worker", "cell",
+        "--spec", spec.to_json(),
+        "--result", str(result),
+        "--run-id", run_id,
+        "--round", str(round_no),
+        "--path", os.getcwd(),
+    ]  # fmt: skip
+
+
 def run_cell(
     spec: CellSpec,
     run_id: str,
@@ -237,22 +250,7 @@ def run_cell(
     timeout = options.timeout_s or spec.timeout_s
     # Address-space limits break GPU drivers' large reservations; they guard CPU cells only.
     memory_limit = options.memory_limit_bytes if spec.backend == "cpu" else None
-    argv = [
-        options.interpreter,
-        "-m",
-        "suite.worker",
-        "cell",
-        "--spec",
-        spec.to_json(),
-        "--result",
-        str(path),
-        "--run-id",
-        run_id,
-        "--round",
-        str(round_no),
-        "--path",
-        os.getcwd(),
-    ]
+    argv = worker_argv(options.interpreter, spec, path, run_id, round_no)
     started_at = utc_now()
     outcome = run_process(
         argv, log_path=log, timeout_s=timeout, env=env, memory_limit_bytes=memory_limit
@@ -284,6 +282,7 @@ class Run:
         cells: Sequence[CellSpec],
         resolved: dict[str, Resolved],
         environment: dict[str, Any] | None = None,
+        extra: dict[str, Any] | None = None,
     ) -> None:
         self.options = options
         self.dir = options.out
@@ -344,6 +343,7 @@ class Run:
                 for c in cells
             ],
         }
+        self.doc.update(extra or {})
         self._index = {(c["cell_id"], c["round"]): c for c in self.doc["cells"]}
         write_run(self.path, self.doc)
 
@@ -378,6 +378,22 @@ class Run:
         )
         write_run(self.path, self.doc)
         return doc, reused
+
+    def trace(self, spec: CellSpec, trace_dir: Path) -> Path | None:
+        """Profile one more steady-state step of this cell; return its Chrome trace."""
+        trace_dir.mkdir(parents=True, exist_ok=True)
+        stem = f"{spec.cell_id}.{self.doc.get('side', 'run')}"
+        trace = trace_dir / f"{stem}.trace.json"
+        argv = worker_argv(
+            self.options.interpreter, spec, trace_dir / f"{stem}.result.json", self.run_id, 0
+        ) + ["--trace", str(trace)]
+        run_process(
+            argv,
+            log_path=trace_dir / f"{stem}.log",
+            timeout_s=self.options.timeout_s or spec.timeout_s,
+            env=self.worker_env,
+        )
+        return trace if trace.is_file() else None
 
     def finish(self, status: str = "complete") -> None:
         self.doc.update(status=status, finished_at=utc_now())

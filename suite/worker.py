@@ -45,6 +45,7 @@ class WorkerContext(CellContext):
         self.backend = backend
         self.device = backend.device()
         self.timing: Timing | None = None
+        self.step: Callable[[], Any] | None = None
         self.tracker: MemoryTracker | None = None
         self.items_per_iter: float | None = None
         self.unit: str | None = None
@@ -85,6 +86,7 @@ class WorkerContext(CellContext):
         )
         self.items_per_iter = float(items_per_iter)
         self.unit = unit
+        self.step = fn
 
     def check_accuracy(
         self,
@@ -167,8 +169,29 @@ def _fill_measurements(doc: dict[str, Any], ctx: WorkerContext) -> None:
     doc["warnings"] = ctx.warnings
 
 
+def write_trace(ctx: WorkerContext, path: Path) -> None:
+    """One more steady-state step under torch.profiler, saved as a Chrome trace."""
+    from torch.profiler import ProfilerActivity, profile
+
+    if ctx.step is None:
+        return
+    activities = [ProfilerActivity.CPU]
+    if ctx.backend.device_type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    with profile(activities=activities, record_shapes=True) as prof:
+        ctx.step()
+        ctx.backend.sync()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    prof.export_chrome_trace(str(path))
+
+
 def run_cell(
-    spec: CellSpec, run_id: str, round_no: int, result_path: Path, worker_start: float
+    spec: CellSpec,
+    run_id: str,
+    round_no: int,
+    result_path: Path,
+    worker_start: float,
+    trace: Path | None = None,
 ) -> int:
     started_at = utc_now()
     doc = base_result(spec, run_id, round_no, started_at)
@@ -255,6 +278,8 @@ def run_cell(
         "timed_s": ctx.timing.timed_s if ctx is not None and ctx.timing is not None else 0.0,
         "timer_overhead_s": timer_overhead_s(repeats=2000),
     }
+    if trace is not None and ctx is not None and doc["status"] in ("ok", "failed"):
+        write_trace(ctx, trace)
     write_result(result_path, doc)
     return 0
 
@@ -279,14 +304,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     cell.add_argument("--run-id", required=True)
     cell.add_argument("--round", type=int, default=0)
     cell.add_argument("--path", action="append", default=[], help="prepend to sys.path (plugins)")
+    cell.add_argument("--trace", type=Path, help="also save a Chrome trace of one more step")
     args = parser.parse_args(argv)
     if args.command == "probe":
         return run_probe(args.out)
     for entry in reversed(args.path):
         sys.path.insert(0, entry)
-    return run_cell(
-        CellSpec.from_json(args.spec), args.run_id, args.round, args.result, worker_start
-    )
+    spec = CellSpec.from_json(args.spec)
+    return run_cell(spec, args.run_id, args.round, args.result, worker_start, args.trace)
 
 
 if __name__ == "__main__":

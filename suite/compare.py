@@ -1,0 +1,172 @@
+"""Compare two run directories under a policy and build the decision record."""
+
+from __future__ import annotations
+
+import shlex
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from suite.decide import apply_rules, overall
+from suite.errors import InputError
+from suite.gates import evaluate_cell
+from suite.policy import Policy
+from suite.results import read_run_dir, utc_now
+from suite.validation import validate
+
+# Fields of the environment record that must match for timing and memory to be comparable.
+COMPARABLE_FIELDS = (
+    ("cpu", "model"),
+    ("cpu", "logical_cores"),
+    ("memory_total_bytes",),
+    ("backends", "cuda", "devices"),
+    ("backends", "cuda", "driver"),
+    ("backends", "rocm", "devices"),
+    ("backends", "mps", "available"),
+    ("os", "system"),
+    ("python",),
+)
+
+
+@dataclass
+class Side:
+    label: str
+    dir: Path
+    run: dict[str, Any]
+    results: dict[str, list[dict[str, Any]]]  # cell id -> records by round
+
+    @classmethod
+    def load(cls, run_dir: Path, label: str | None = None) -> Side:
+        run, records = read_run_dir(run_dir)
+        by_cell: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for record in sorted(records, key=lambda r: r["round"]):
+            by_cell[record["cell_id"]].append(record)
+        torch = run["environment"]["torch"]["version"]
+        return cls(label or run.get("label") or f"torch {torch}", run_dir, run, dict(by_cell))
+
+    def evidence(self) -> dict[str, Any]:
+        env = self.run["environment"]
+        return {
+            "label": self.label,
+            "run_id": self.run["run_id"],
+            "torch": env["torch"]["version"],
+            "git_version": env["torch"].get("git_version"),
+            "dir": str(self.dir),
+            "interpreter": self.run.get("interpreter"),
+            "image": env.get("image"),
+            "rounds": max((len(v) for v in self.results.values()), default=0),
+        }
+
+
+def _field(env: dict[str, Any], path: tuple[str, ...]) -> Any:
+    value: Any = env
+    for key in path:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
+
+
+def differences(base: dict[str, Any], cand: dict[str, Any]) -> list[dict[str, Any]]:
+    """What other than torch differs between the two environments."""
+    out = []
+    for path in COMPARABLE_FIELDS:
+        b, c = _field(base, path), _field(cand, path)
+        if b != c:
+            out.append({"field": ".".join(path), "baseline": b, "candidate": c})
+    b_img, c_img = base.get("image") or {}, cand.get("image") or {}
+    if b_img.get("base") != c_img.get("base"):
+        out.append(
+            {"field": "image.base", "baseline": b_img.get("base"), "candidate": c_img.get("base")}
+        )
+    return out
+
+
+def repro_command(side: Side, cell_id: str) -> str:
+    """A torch-matrix run line that reruns just this cell with the side's interpreter."""
+    run = side.run
+    argv = ["torch-matrix", "run"]
+    matrix_file = run["matrix"]["file"]
+    if not matrix_file.startswith("<"):
+        argv += ["--matrix", matrix_file]
+    for ref in run["workloads"]:
+        argv += ["--workload", ref]
+    argv += ["--cell", cell_id, "--size", run["profile"]]
+    if run.get("interpreter"):
+        argv += ["--python", run["interpreter"]]
+    argv += ["--out", f"torch-matrix-repro/{cell_id}"]
+    return shlex.join(argv)
+
+
+def _check_same_matrix(base: Side, cand: Side) -> None:
+    if (
+        base.run["matrix"]["sha256"] != cand.run["matrix"]["sha256"]
+        or base.run["profile"] != cand.run["profile"]
+    ):
+        raise InputError(
+            f"the runs come from different matrices or profiles ({base.run['matrix']['name']} "
+            f"{base.run['profile']} vs {cand.run['matrix']['name']} {cand.run['profile']}); compare "
+            "runs of the same matrix",
+            file=str(cand.dir / "run.json"),
+            path="$.matrix.sha256",
+        )
+
+
+def decide(
+    base: Side, cand: Side, policy: Policy, *, artifacts: dict[str, dict[str, str]] | None = None
+) -> dict[str, Any]:
+    _check_same_matrix(base, cand)
+    diffs = differences(base.run["environment"], cand.run["environment"])
+    comparable = not diffs
+    mismatches = []
+    for side in (base, cand):
+        captured = (side.run.get("policy") or {}).get("sha256")
+        if captured and captured != policy.sha256:
+            mismatches.append(
+                f"{side.label} ({side.run['run_id']}) was captured under policy {captured[:12]}, "
+                f"judged under {policy.sha256[:12]}"
+            )
+    cells = []
+    ids = list(dict.fromkeys([*base.results, *cand.results]))
+    for cell_id in ids:
+        b, c = base.results.get(cell_id, []), cand.results.get(cell_id, [])
+        spec = (c or b)[0]["spec"]
+        gates = evaluate_cell(policy, b, c, comparable)
+        failing = any(g["verdict"] in ("fail", "new-failure") for g in gates)
+        cells.append(
+            {
+                "cell_id": cell_id,
+                "row_id": f"{spec['workload']}@{spec['backend']}",
+                "workload": spec["workload"],
+                "backend": spec["backend"],
+                "lane": spec["lane"],
+                "baseline_status": b[0]["status"] if b else None,
+                "candidate_status": c[0]["status"] if c else None,
+                "gates": gates,
+                "repro": {"command": repro_command(cand, cell_id), "docker": None}
+                if failing
+                else None,
+                "artifacts": (artifacts or {}).get(cell_id, {}),
+            }
+        )
+    rows = apply_rules(policy, cells)
+    decision, reasons = overall(rows)
+    if diffs:
+        reasons.append("not comparable: " + ", ".join(d["field"] for d in diffs) + " differ")
+    if mismatches:
+        reasons.extend(mismatches)
+    doc = {
+        "kind": "torch-matrix/decision",
+        "schema_version": 1,
+        "decision": decision,
+        "reasons": reasons,
+        "generated_at": utc_now(),
+        "matrix": base.run["matrix"],
+        "policy": {**policy.evidence(), "mismatches": mismatches},
+        "baseline": base.evidence(),
+        "candidate": cand.evidence(),
+        "comparable": {"ok": comparable, "differences": diffs},
+        "rows": rows,
+        "cells": cells,
+    }
+    validate(doc, "torch-matrix/decision", file="<decision>")
+    return doc

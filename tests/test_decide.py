@@ -1,0 +1,226 @@
+"""Verdicts and decisions from synthetic result files: every verdict, every default rule,
+the policy hash check and not-comparable environments."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from suite.compare import Side, decide
+from suite.decide import exit_code
+from suite.errors import InputError
+from suite.policy import load_policy
+from tests.helpers import cli
+from tests.synthetic import ENV, Cell, make_run
+
+
+def _decide(tmp_path: Path, base: list[Cell], cand: list[Cell], *, profile: str = "research",
+            cand_env: dict[str, Any] | None = None, policy_file: Path | None = None,
+            cand_policy_sha: str | None = None, rounds: int = 3) -> dict[str, Any]:
+    b = make_run(tmp_path / "b", base, run_id="20261130T100000Z-aaaaaa", rounds=rounds, seed=1)
+    c = make_run(tmp_path / "c", cand, run_id="20261130T100000Z-bbbbbb", rounds=rounds, seed=2,
+                 env=cand_env, policy_sha=cand_policy_sha)
+    return decide(Side.load(b), Side.load(c), load_policy(policy_file, profile))
+
+
+def _gate(decision: dict[str, Any], cell_id: str, gate: str) -> dict[str, Any]:
+    cell = next(c for c in decision["cells"] if c["cell_id"] == cell_id)
+    return next(g for g in cell["gates"] if g["gate"] == gate)
+
+
+def test_identical_sides_adopt(tmp_path: Path) -> None:
+    d = _decide(tmp_path, [Cell()], [Cell()])
+    assert d["decision"] == "adopt"
+    assert {g["gate"]: g["verdict"] for g in d["cells"][0]["gates"]} == {
+        "status": "pass", "correctness": "pass", "latency_p50": "pass", "latency_p95": "pass",
+        "throughput": "pass", "peak_memory": "pass",
+    }
+    assert exit_code(d["decision"]) == 0
+
+
+def test_latency_regression_fails_and_defers(tmp_path: Path) -> None:
+    d = _decide(tmp_path, [Cell()], [Cell(level_s=0.013)])
+    gate = _gate(d, "w.a@cpu", "latency_p50")
+    assert gate["verdict"] == "fail"
+    assert gate["change"] == pytest.approx(0.3, abs=0.02)
+    assert gate["ci"][0] > 0.15 and gate["p_value"] < 0.01
+    assert _gate(d, "w.a@cpu", "throughput")["verdict"] == "fail"
+    assert d["decision"] == "defer"
+    assert any("performance gate regressed" in r for r in d["reasons"])
+    assert exit_code("defer") == 5
+
+
+def test_latency_improvement(tmp_path: Path) -> None:
+    d = _decide(tmp_path, [Cell()], [Cell(level_s=0.007)])
+    assert _gate(d, "w.a@cpu", "latency_p50")["verdict"] == "improved"
+    assert d["decision"] == "adopt"
+
+
+def test_noisy_cell_is_inconclusive_not_pass_or_fail(tmp_path: Path) -> None:
+    d = _decide(tmp_path, [Cell(spread=0.5)], [Cell(level_s=0.013, spread=0.5)])
+    gate = _gate(d, "w.a@cpu", "latency_p50")
+    assert gate["verdict"] == "inconclusive"
+    assert "too noisy" in gate["message"]
+
+
+def test_required_inconclusive_on_fleet_defers(tmp_path: Path) -> None:
+    # inference-service requires latency evidence on cpu, a fleet backend there.
+    d = _decide(tmp_path, [Cell(spread=0.5)], [Cell(spread=0.5)], profile="inference-service")
+    assert _gate(d, "w.a@cpu", "latency_p50")["verdict"] == "inconclusive"
+    assert d["decision"] == "defer"
+    assert any("required evidence" in r for r in d["reasons"])
+
+
+def test_too_few_samples_are_inconclusive(tmp_path: Path) -> None:
+    d = _decide(tmp_path, [Cell(samples=1)], [Cell(samples=1, level_s=0.02)], rounds=1)
+    gate = _gate(d, "w.a@cpu", "latency_p50")
+    assert gate["verdict"] == "inconclusive" and "cannot reach" in gate["message"]
+
+
+def test_new_failure_on_fleet_backend_rolls_back(tmp_path: Path) -> None:
+    crash = Cell(status="crashed", failure_mode="signal", message="worker killed by SIGSEGV")
+    d = _decide(tmp_path, [Cell()], [crash])
+    assert _gate(d, "w.a@cpu", "status")["verdict"] == "new-failure"
+    assert "SIGSEGV" in _gate(d, "w.a@cpu", "status")["message"]
+    assert d["decision"] == "rollback"
+    assert d["rows"][0]["reasons"][0].startswith("w.a@cpu: status new-failure")
+    assert exit_code("rollback") == 6
+    assert d["cells"][0]["repro"]["command"].startswith("torch-matrix run")
+    assert "--cell w.a@cpu" in d["cells"][0]["repro"]["command"]
+
+
+def test_hard_failure_off_fleet_defers(tmp_path: Path) -> None:
+    crash = Cell(status="crashed", failure_mode="signal", message="boom")
+    d = _decide(tmp_path, [Cell()], [crash], profile="nightly-training")  # fleet: cuda only
+    assert d["decision"] == "defer"
+    assert any("outside the fleet" in r for r in d["reasons"])
+
+
+def test_correctness_failure_rolls_back(tmp_path: Path) -> None:
+    wrong = Cell(status="failed", failure_mode="correctness", message="accuracy", rmse=1e-3)
+    d = _decide(tmp_path, [Cell()], [wrong])
+    gate = _gate(d, "w.a@cpu", "correctness")
+    assert gate["verdict"] == "fail"
+    assert "RMSE vs fp64 0.001 > 2 x 1e-07" in gate["message"]
+    assert _gate(d, "w.a@cpu", "status")["verdict"] == "pass"  # it ran; correctness judges it
+    assert d["decision"] == "rollback"
+
+
+def test_correctness_uses_policy_tolerances(tmp_path: Path) -> None:
+    policy = tmp_path / "p.yaml"
+    text = (Path(__file__).parent.parent / "suite" / "data" / "default-policy.yaml").read_text()
+    policy.write_text(text.replace("fp32: [2.0, 1.0e-5]", "fp32: [2.0, 1.0e-2]"))
+    d = _decide(tmp_path, [Cell()], [Cell(rmse=1e-3)], policy_file=policy)
+    assert _gate(d, "w.a@cpu", "correctness")["verdict"] == "pass"
+
+
+def test_fixed_and_both_failing(tmp_path: Path) -> None:
+    crash = Cell(status="crashed", failure_mode="signal", message="boom")
+    d = _decide(tmp_path, [crash, Cell(case="b", status="timeout", failure_mode="timeout")],
+                [Cell(), Cell(case="b", status="timeout", failure_mode="timeout")])
+    assert _gate(d, "w.a@cpu", "status")["verdict"] == "fixed"
+    both = _gate(d, "w.b@cpu", "status")
+    assert both["verdict"] == "untested" and "fails on both pins" in both["message"]
+
+
+def test_unsupported_on_both_and_untested(tmp_path: Path) -> None:
+    unsup = Cell(status="unsupported", failure_mode="unsupported", message="no backward on CPU")
+    skipped = Cell(case="s", backend="cuda", status="skipped", failure_mode="unavailable")
+    d = _decide(tmp_path, [unsup, skipped, Cell(case="only_base")], [unsup, skipped])
+    assert _gate(d, "w.a@cpu", "status")["verdict"] == "unsupported"
+    assert _gate(d, "w.a@cpu", "correctness")["verdict"] == "unsupported"
+    assert _gate(d, "w.s@cuda", "status")["verdict"] == "untested"
+    missing = _gate(d, "w.only_base@cpu", "status")
+    assert missing["verdict"] == "untested" and "candidate" in missing["message"]
+    # research profile: cpu is the fleet, status is required -> the missing cell defers
+    assert d["decision"] == "defer"
+
+
+def test_memory_growth_and_budget(tmp_path: Path) -> None:
+    policy = tmp_path / "p.yaml"
+    text = (Path(__file__).parent.parent / "suite" / "data" / "default-policy.yaml").read_text()
+    policy.write_text(text.replace("memory_budget: {severity: budget, budget_bytes: null}",
+                                   "memory_budget: {severity: budget, budget_bytes: 150000000}", 1))
+    d = _decide(tmp_path, [Cell(), Cell(case="b")],
+                [Cell(peak_bytes=160 * 2**20), Cell(case="b", peak_bytes=50 * 2**20)],
+                policy_file=policy)
+    assert _gate(d, "w.a@cpu", "peak_memory")["verdict"] == "fail"
+    assert _gate(d, "w.a@cpu", "memory_budget")["verdict"] == "fail"
+    assert _gate(d, "w.b@cpu", "peak_memory")["verdict"] == "improved"
+    assert _gate(d, "w.b@cpu", "memory_budget")["verdict"] == "pass"
+    assert any("budget is exceeded" in r for r in d["rows"][0]["reasons"])
+
+
+def test_not_comparable_names_the_difference(tmp_path: Path) -> None:
+    env = copy.deepcopy(ENV)
+    env["cpu"]["model"] = "Other CPU"
+    d = _decide(tmp_path, [Cell()], [Cell()], cand_env=env)
+    assert d["comparable"] == {"ok": False, "differences": [
+        {"field": "cpu.model", "baseline": "Test CPU", "candidate": "Other CPU"}]}
+    assert _gate(d, "w.a@cpu", "latency_p50")["verdict"] == "not-comparable"
+    assert _gate(d, "w.a@cpu", "status")["verdict"] == "pass"
+    assert any("cpu.model" in r for r in d["reasons"])
+
+
+def test_prototype_lane_never_past_isolate(tmp_path: Path) -> None:
+    crash = Cell(lane="prototype", status="crashed", failure_mode="signal", message="boom")
+    d = _decide(tmp_path, [Cell(lane="prototype"), Cell(workload="v")], [crash, Cell(workload="v")])
+    row = next(r for r in d["rows"] if r["row_id"] == "w@cpu")
+    assert row["decision"] == "isolate" and "prototype lane" in row["reasons"][-1]
+    assert d["decision"] == "isolate"
+    assert exit_code("isolate") == 4
+
+
+def test_isolatable_rows(tmp_path: Path) -> None:
+    crash = Cell(workload="flex_attention", backend="cuda", status="crashed", failure_mode="signal")
+    ok = Cell(workload="flex_attention", backend="cuda")
+    d = _decide(tmp_path, [ok], [crash], profile="distributed-finetune")
+    assert d["rows"][0]["isolatable"] is True
+    assert d["decision"] == "isolate"
+
+
+def test_policy_hash_mismatch_flagged(tmp_path: Path) -> None:
+    d = _decide(tmp_path, [Cell()], [Cell()], cand_policy_sha="f" * 64)
+    assert d["policy"]["mismatches"] and "ffffffffffff" in d["policy"]["mismatches"][0]
+    assert any("captured under policy" in r for r in d["reasons"])
+    assert d["policy"]["sha256"] == load_policy(None, "research").sha256
+
+
+def test_different_matrices_refused(tmp_path: Path) -> None:
+    b = make_run(tmp_path / "b", [Cell()], run_id="20261130T100000Z-aaaaaa")
+    c = make_run(tmp_path / "c", [Cell()], run_id="20261130T100000Z-bbbbbb", matrix_sha="1" * 64)
+    with pytest.raises(InputError) as info:
+        decide(Side.load(b), Side.load(c), load_policy(None, None))
+    assert info.value.path == "$.matrix.sha256" and info.value.file == str(c / "run.json")
+    code, _, err = cli("compare", str(b), str(c))
+    assert code == 2 and "$.matrix.sha256" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("policy_text", "path"),
+    [
+        ("version: 1\nprofiles: {}\n", "$.profiles"),
+        ("version: 1\nprofiles:\n  p: {fleet_backends: [tpu], gates: {}}\n", "$.profiles.p.fleet_backends[0]"),
+        ("version: 1\nrules: []\nprofiles:\n  p: {fleet_backends: [cpu], gates: {status: {severity: fatal}}}\n",
+         "$.profiles.p.gates.status.severity"),
+    ],
+)
+def test_malformed_policy(tmp_path: Path, policy_text: str, path: str) -> None:
+    b = make_run(tmp_path / "b", [Cell()], run_id="20261130T100000Z-aaaaaa")
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(policy_text)
+    code, _, err = cli("compare", str(b), str(b), "--policy", str(policy), "--profile", "p")
+    assert code == 2
+    assert err.startswith(f"torch-matrix: error: {policy}::{path}:")
+    assert err.count("\n") == 1
+
+
+def test_unknown_profile_and_missing_side(tmp_path: Path) -> None:
+    b = make_run(tmp_path / "b", [Cell()], run_id="20261130T100000Z-aaaaaa")
+    code, _, err = cli("compare", str(b), str(b), "--profile", "nope")
+    assert code == 2 and "$.profiles.nope" in err
+    code, _, err = cli("compare", str(b), str(tmp_path / "missing"))
+    assert code == 2 and f"{tmp_path / 'missing' / 'run.json'}" in err
