@@ -208,7 +208,7 @@ class Backend(ABC):
 
         return torch.device(self.device_type)
 
-    def sync(self) -> None:
+    def sync(self) -> None:  # noqa: B027 - CPU work is synchronous; GPU backends override
         """Wait for queued work; every timed region ends with this."""
 
     @abstractmethod

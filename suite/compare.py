@@ -103,9 +103,9 @@ def _check_same_matrix(base: Side, cand: Side) -> None:
         or base.run["profile"] != cand.run["profile"]
     ):
         raise InputError(
-            f"the runs come from different matrices or profiles ({base.run['matrix']['name']} "
-            f"{base.run['profile']} vs {cand.run['matrix']['name']} {cand.run['profile']}); compare "
-            "runs of the same matrix",
+            "the runs come from different matrices or profiles "
+            f"({base.run['matrix']['name']} {base.run['profile']} vs "
+            f"{cand.run['matrix']['name']} {cand.run['profile']}); compare runs of the same matrix",
             file=str(cand.dir / "run.json"),
             path="$.matrix.sha256",
         )

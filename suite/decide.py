@@ -52,7 +52,8 @@ def apply_rules(policy: Policy, cells: list[dict[str, Any]]) -> list[dict[str, A
             gate["decision"] = decision
             if matched and decision != "adopt":
                 rule = max(matched, key=lambda r: decision_rank(r.decision))
-                reason = f"{cell['cell_id']}: {gate['gate']} {gate['verdict']} — {rule.reason or rule.decision}"
+                why = rule.reason or rule.decision
+                reason = f"{cell['cell_id']}: {gate['gate']} {gate['verdict']} — {why}"
                 row["reasons"].append((decision_rank(decision), reason))
                 row["decision"] = worst([row["decision"], decision])
     out = []

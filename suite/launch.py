@@ -7,6 +7,7 @@ a kernel OOM kill apart from other SIGKILLs.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import resource
@@ -104,10 +105,8 @@ def run_process(
 
 
 def _kill_group(pid: int, sig: signal.Signals) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def read_tail(path: Path, limit: int = 4000) -> str:

@@ -137,13 +137,14 @@ def _grid(matrix: Matrix, entry: Entry, resolved: Resolved) -> list[dict[str, Pa
         for i, value in enumerate(values):
             if allowed and value not in allowed:
                 raise InputError(
-                    f"{value!r} is not a value of {name!r}; allowed: {', '.join(map(str, allowed))}",
+                    f"{value!r} is not a value of {name!r}; "
+                    f"allowed: {', '.join(map(str, allowed))}",
                     file=matrix.file,
                     path=_entry_path(matrix, entry, "grid", name) + f"[{i}]",
                 )
     axes = [entry.grid.get(p.name, list(p.default)) for p in resolved.workload.params]
     names = [p.name for p in resolved.workload.params]
-    return [dict(zip(names, combo)) for combo in itertools.product(*axes)]
+    return [dict(zip(names, combo, strict=False)) for combo in itertools.product(*axes)]
 
 
 def expand(matrix: Matrix) -> tuple[list[CellSpec], dict[str, Resolved]]:

@@ -18,7 +18,7 @@ _COLOURS = {
 
 
 def _clock_text(seconds: float) -> str:
-    seconds = max(0, int(round(seconds)))
+    seconds = max(0, round(seconds))
     minutes, secs = divmod(seconds, 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
@@ -74,7 +74,8 @@ class Progress:
             detail = " — " + result["failure"]["message"].splitlines()[0][:120]
         eta_text = _clock_text(eta) if eta is not None else "?"
         self._write(
-            f"[{self.done_count:>{width}}/{self.total}] {label:<11} {cell_id} {result['wall_s']:.1f}s"
+            f"[{self.done_count:>{width}}/{self.total}] {label:<11} {cell_id} "
+            f"{result['wall_s']:.1f}s"
             f"  elapsed {_clock_text(elapsed)}  eta {eta_text}{detail}\n"
         )
 

@@ -384,9 +384,9 @@ class Run:
         trace_dir.mkdir(parents=True, exist_ok=True)
         stem = f"{spec.cell_id}.{self.doc.get('side', 'run')}"
         trace = trace_dir / f"{stem}.trace.json"
-        argv = worker_argv(
-            self.options.interpreter, spec, trace_dir / f"{stem}.result.json", self.run_id, 0
-        ) + ["--trace", str(trace)]
+        result = trace_dir / f"{stem}.result.json"
+        argv = worker_argv(self.options.interpreter, spec, result, self.run_id, 0)
+        argv += ["--trace", str(trace)]
         run_process(
             argv,
             log_path=trace_dir / f"{stem}.log",

@@ -62,7 +62,9 @@ def venv_for(
     requirement: str, *, log: Path | None = None, python: str = sys.executable
 ) -> tuple[Path, float]:
     """A cached venv with this torch requirement; built once, reused after (returns build time)."""
-    key_src = json.dumps([requirement, sys.version_info[:2], python, WORKER_REQUIREMENTS])
+    key_src = json.dumps(
+        [requirement, sys.version_info[:2], os.path.realpath(python), WORKER_REQUIREMENTS]
+    )
     key = hashlib.sha256(key_src.encode()).hexdigest()[:16]
     venv = cache_root() / "venvs" / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', requirement)}-{key}"
     ready = venv / ".torch-matrix-ready"

@@ -15,10 +15,7 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_=+-]+")
 
 
 def _token(value: ParamValue) -> str:
-    if isinstance(value, bool):
-        text = "true" if value else "false"
-    else:
-        text = str(value)
+    text = ("true" if value else "false") if isinstance(value, bool) else str(value)
     return _UNSAFE.sub("-", text).strip("-") or "x"
 
 

@@ -1,4 +1,7 @@
-"""Summary statistics derived from raw samples: the one place p50, p95, IQR and throughput come from."""
+"""Summary statistics derived from raw samples.
+
+The one place p50, p95, IQR and throughput come from.
+"""
 
 from __future__ import annotations
 

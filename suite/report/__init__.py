@@ -1,0 +1,53 @@
+"""Report registry: one decision record in, text in the asked-for format out.
+
+Renderers only turn a decision record (kind "torch-matrix/decision") into text; the gate
+logic that produced it lives elsewhere. Every format ends with a newline.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from suite.errors import InputError
+from suite.report.chart import write_chart
+from suite.report.junit import render_junit
+from suite.report.markdown import render_markdown
+from suite.report.table import render_table
+
+__all__ = [
+    "FORMATS",
+    "render",
+    "render_json",
+    "render_junit",
+    "render_markdown",
+    "render_table",
+    "write_chart",
+]
+
+FORMATS = ("table", "markdown", "json", "junit")
+
+
+def render_json(decision: dict[str, Any]) -> str:
+    # Sorted keys: the same record always gives the same bytes, so reports diff cleanly.
+    return json.dumps(decision, indent=2, sort_keys=True) + "\n"
+
+
+_RENDERERS: dict[str, Callable[[dict[str, Any]], str]] = {
+    "table": render_table,
+    "markdown": render_markdown,
+    "json": render_json,
+    "junit": render_junit,
+}
+
+
+def render(decision: dict[str, Any], fmt: str) -> str:
+    """Render the decision record in one of FORMATS."""
+    try:
+        renderer = _RENDERERS[fmt]
+    except KeyError:
+        raise InputError(
+            f"unknown report format {fmt!r}; expected one of {', '.join(FORMATS)}"
+        ) from None
+    return renderer(decision)

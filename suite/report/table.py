@@ -1,0 +1,214 @@
+"""Plain-text reports: the terminal table, and the rows x gates summary every format shares.
+
+The summary helpers (gate order, worst verdict per row and gate, value formatting) return
+raw text; each renderer escapes it for its own output.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from tabulate import tabulate
+
+from suite.report.escape import plain
+
+Decision = dict[str, Any]
+
+GATE_ORDER = (
+    "status",
+    "correctness",
+    "latency_p50",
+    "latency_p95",
+    "throughput",
+    "peak_memory",
+    "memory_budget",
+)
+# Worst first: a row x gate summary shows the worst verdict among the row's cells.
+VERDICT_ORDER = (
+    "new-failure",
+    "fail",
+    "not-comparable",
+    "inconclusive",
+    "untested",
+    "unsupported",
+    "pass",
+    "fixed",
+    "improved",
+)
+# Verdicts that earn a cell its own section in the Markdown report.
+ATTENTION = frozenset({"new-failure", "fail", "not-comparable", "inconclusive"})
+GOOD = frozenset({"pass", "fixed", "improved"})
+LANES = (("production", "Production lane"), ("prototype", "Prototype lane"))
+NONE = "—"
+# Units are the gate logic's; gate names are the fallback when a gate records no unit.
+_SECONDS_UNITS = frozenset({"s", "sec", "seconds"})
+_BYTES_UNITS = frozenset({"B", "byte", "bytes"})
+_SECONDS_GATES = frozenset({"latency_p50", "latency_p95"})
+_BYTES_GATES = frozenset({"peak_memory", "memory_budget"})
+
+
+def badness(verdict: str) -> int:
+    """Position in VERDICT_ORDER; an unknown verdict counts as the worst (fail safe)."""
+    return VERDICT_ORDER.index(verdict) if verdict in VERDICT_ORDER else 0
+
+
+def gate_names(decision: Decision) -> list[str]:
+    """Gate names present in the record: the known ones in a fixed order, then the rest."""
+    present = {g["gate"] for cell in decision["cells"] for g in cell["gates"]}
+    known = [name for name in GATE_ORDER if name in present]
+    return known + sorted(present - set(GATE_ORDER))
+
+
+def cells_of(decision: Decision, row_id: str) -> list[dict[str, Any]]:
+    return [cell for cell in decision["cells"] if cell["row_id"] == row_id]
+
+
+def gate_of(cell: dict[str, Any], name: str) -> dict[str, Any] | None:
+    return next((g for g in cell["gates"] if g["gate"] == name), None)
+
+
+def worst(verdicts: Iterable[str]) -> str | None:
+    return min(verdicts, key=badness, default=None)
+
+
+def summarize(verdicts: list[str]) -> str:
+    """The worst verdict, with 'n/total' when the cells do not all agree."""
+    top = worst(verdicts)
+    if top is None:
+        return NONE
+    if len(set(verdicts)) == 1:
+        return top
+    return f"{top} ({verdicts.count(top)}/{len(verdicts)})"
+
+
+def summary_rows(decision: Decision, lane: str, gates: list[str]) -> list[list[str]]:
+    """One raw-text row per row_id of the lane: row, lane, decision, then one cell per gate."""
+    out: list[list[str]] = []
+    for row in decision["rows"]:
+        if row["lane"] != lane:
+            continue
+        cells = cells_of(decision, row["row_id"])
+        line = [row["row_id"], row["lane"], row["decision"]]
+        for name in gates:
+            found = (gate_of(cell, name) for cell in cells)
+            line.append(summarize([g["verdict"] for g in found if g is not None]))
+        out.append(line)
+    return out
+
+
+def _sig(x: float) -> str:
+    """Three significant digits without switching to exponent notation."""
+    a = abs(x)
+    if a >= 99.95:
+        return f"{x:.0f}"
+    if a >= 9.995:
+        return f"{x:.1f}"
+    return f"{x:.2f}"
+
+
+def format_seconds(value: float) -> str:
+    for scale, name in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
+        # 0.9995 so that 999.96 µs is shown as 1.00 ms, not 1000 µs.
+        if abs(value) >= scale * 0.9995:
+            return f"{_sig(value / scale)} {name}"
+    return "0 s" if value == 0 else f"{_sig(value / 1e-9)} ns"
+
+
+def format_bytes(value: float) -> str:
+    a = abs(value)
+    if a >= 2**30:
+        return f"{value / 2**30:.2f} GiB"
+    if a >= 2**20:
+        return f"{value / 2**20:.1f} MiB"
+    if a >= 2**10:
+        return f"{value / 2**10:.1f} KiB"
+    return f"{value:.0f} B"
+
+
+def format_rate(value: float, unit: str) -> str:
+    for scale, prefix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale * 0.9995:
+            return f"{_sig(value / scale)}{prefix} {unit}"
+    return f"{_sig(value)} {unit}"
+
+
+def format_value(value: Any, unit: str | None = None, gate: str = "") -> str:
+    """A gate's baseline or candidate value, in the unit the gate recorded."""
+    if value is None:
+        return NONE
+    if isinstance(value, bool):  # before int: bool is an int subclass
+        return "true" if value else "false"
+    if not isinstance(value, (int, float)):
+        return str(value)
+    if unit in _SECONDS_UNITS or (unit is None and gate in _SECONDS_GATES):
+        return format_seconds(value)
+    if unit in _BYTES_UNITS or (unit is None and gate in _BYTES_GATES):
+        return format_bytes(value)
+    if unit and unit.endswith("/s"):
+        return format_rate(value, unit)
+    number = str(value) if isinstance(value, int) else f"{value:.4g}"
+    return f"{number} {unit}" if unit else number
+
+
+def format_change(change: float | None) -> str:
+    return NONE if change is None else f"{change * 100:+.1f}%"
+
+
+def format_ci(ci: list[float] | None) -> str:
+    return NONE if not ci else f"[{ci[0] * 100:+.1f}%, {ci[1] * 100:+.1f}%]"
+
+
+def format_p(p: float | None) -> str:
+    return NONE if p is None else f"{p:.2g}"
+
+
+def format_threshold(threshold: float | None) -> str:
+    return NONE if threshold is None else f"{threshold * 100:.3g}%"
+
+
+def side_text(side: dict[str, Any]) -> str:
+    return f"{side['label']} (torch {side['torch']}, run {side['run_id']})"
+
+
+def _json_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
+def warnings(decision: Decision) -> list[str]:
+    """Reasons to distrust the comparison itself: policy drift and incomparable sides."""
+    out = [
+        f"captured under a different policy hash: {m}"
+        for m in decision["policy"].get("mismatches", [])
+    ]
+    differences = decision["comparable"]["differences"]
+    out += [
+        f"not comparable: {d['field']}: baseline {_json_text(d['baseline'])}, "
+        f"candidate {_json_text(d['candidate'])}"
+        for d in differences
+    ]
+    if not decision["comparable"]["ok"] and not differences:
+        out.append("baseline and candidate are not comparable")
+    return out
+
+
+def render_table(decision: Decision) -> str:
+    """Decision, reasons, sides and warnings, then one tabulate grid per lane."""
+    lines = [f"torch-matrix decision: {plain(decision['decision']).upper()}"]
+    lines += [f"  - {plain(reason)}" for reason in decision["reasons"]]
+    policy = decision["policy"]
+    lines += [
+        f"baseline:  {plain(side_text(decision['baseline']))}",
+        f"candidate: {plain(side_text(decision['candidate']))}",
+        f"policy:    {plain(policy['profile'])} (sha256 {plain(policy['sha256'][:12])})",
+    ]
+    lines += [f"warning: {plain(w)}" for w in warnings(decision)]
+    gates = gate_names(decision)
+    headers = ["row", "lane", "decision", *(plain(g) for g in gates)]
+    for lane, title in LANES:
+        rows = summary_rows(decision, lane, gates)
+        if rows:
+            grid = [[plain(text) for text in row] for row in rows]
+            lines += ["", title, tabulate(grid, headers=headers, tablefmt="simple")]
+    return "\n".join(lines) + "\n"
