@@ -74,7 +74,7 @@ def test_default_matrix_has_every_builtin() -> None:
     cells, resolved = expand(load_matrix(None))
     assert set(resolved) == {"flex_attention", "sdpa", "linear_cross_entropy", "mlp_train"}
     ids = {c.cell_id for c in cells}
-    assert "flex_attention.causal.none.eager.fp32.fwd_bwd.s256@cpu" in ids
+    assert "flex_attention.causal.none.eager.fp32.fwd_bwd.s512@cpu" in ids
     assert {c.backend for c in cells} == {"cpu", "cuda", "rocm", "mps"}
     assert len(ids) == len(cells)
 

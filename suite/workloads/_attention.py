@@ -158,7 +158,7 @@ def fp64_truth(
             go = grad_out[b : b + 1].detach().to(cpu, torch.float64)
             row.extend(g.detach() for g in torch.autograd.grad(out, (q, k, v), go))
         pieces.append(row)
-    return [torch.cat(parts) for parts in zip(*pieces)]
+    return [torch.cat(parts) for parts in zip(*pieces, strict=True)]
 
 
 def attention_step(
@@ -207,8 +207,8 @@ def check_all(
     reference_name: str,
 ) -> None:
     """One correctness check per tensor: the output, then each input gradient if present."""
-    labels = ("output", *GRAD_LABELS)
-    for label, res, ref, t64 in zip(labels, result, reference, truth):
+    labels = ("output", *GRAD_LABELS)[: len(result)]
+    for label, res, ref, t64 in zip(labels, result, reference, truth, strict=True):
         ctx.check_accuracy(res, ref, t64, reference_name=reference_name, label=label)
 
 

@@ -133,7 +133,7 @@ class LinearCrossEntropy(Workload):
 
         reference = _explicit_reference(x, weight, target)
         truth = _fp64_truth(x, weight, target)
-        self._check(ctx, result, reference, truth)
+        self._check(ctx, tokens, result, reference, truth)
 
     @staticmethod
     def _build(
@@ -144,9 +144,9 @@ class LinearCrossEntropy(Workload):
         import torch.nn.functional as F
         from torch import nn
 
-        kwargs = {"bias": False, "device": weight.device, "dtype": weight.dtype}
+        device, dtype = weight.device, weight.dtype
         if impl == "reference":
-            linear = nn.Linear(hidden, vocab, **kwargs)  # type: ignore[arg-type]
+            linear = nn.Linear(hidden, vocab, bias=False, device=device, dtype=dtype)
             with torch.no_grad():
                 linear.weight.copy_(weight)
 
@@ -155,7 +155,9 @@ class LinearCrossEntropy(Workload):
 
             return linear.weight, linear_then_ce
         options = nn.LinearCrossEntropyOptions() if impl == "chunked" else None
-        module = nn.LinearCrossEntropyLoss(hidden, vocab, options=options, **kwargs)  # type: ignore[arg-type]
+        module = nn.LinearCrossEntropyLoss(
+            hidden, vocab, bias=False, device=device, dtype=dtype, options=options
+        )
         with torch.no_grad():
             module.linear.weight.copy_(weight)
         return module.linear.weight, module
@@ -163,12 +165,24 @@ class LinearCrossEntropy(Workload):
     @staticmethod
     def _check(
         ctx: CellContext,
+        tokens: int,
         result: Sequence[torch.Tensor],
         reference: Sequence[torch.Tensor],
         truth: Sequence[torch.Tensor],
     ) -> None:
+        """The loss as is; gradients scaled by the token count, i.e. compared as gradients of the
+        summed loss. A mean over thousands of tokens makes every gradient element ~1e-5, at or
+        below the checker's absolute tolerance, which would then pass any gradient at all."""
+        import torch
+
+        def summed(t: torch.Tensor) -> torch.Tensor:
+            # float64 on the CPU before scaling, so the scaling adds no rounding of its own.
+            return t.detach().to("cpu", torch.float64) * tokens
+
         name = f"explicit logits -> log_softmax -> gather ({ctx.params['dtype']})"
-        for label, res, ref, t64 in zip(
-            ("loss", "grad_input", "grad_weight"), result, reference, truth
-        ):
-            ctx.check_accuracy(res, ref, t64, reference_name=name, label=label)
+        ctx.check_accuracy(result[0], reference[0], truth[0], reference_name=name, label="loss")
+        labels = ("grad_input", "grad_weight")
+        for label, res, ref, t64 in zip(labels, result[1:], reference[1:], truth[1:], strict=True):
+            ctx.check_accuracy(
+                summed(res), summed(ref), summed(t64), reference_name=name, label=label
+            )
