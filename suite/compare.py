@@ -41,6 +41,7 @@ class Side:
         run, records = read_run_dir(run_dir)
         by_cell: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for record in sorted(records, key=lambda r: r["round"]):
+            record["_run_dir"] = str(run_dir)  # drift reads the saved tensors beside the record
             by_cell[record["cell_id"]].append(record)
         torch = run["environment"]["torch"]["version"]
         return cls(label or run.get("label") or f"torch {torch}", run_dir, run, dict(by_cell))

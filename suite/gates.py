@@ -100,15 +100,17 @@ def _judge_checks(checks: list[dict[str, Any]], gate: Gate) -> tuple[bool, dict[
 
 def correctness_gate(
     gate: Gate, base: Sequence[Record], cand: Sequence[Record], status: dict[str, Any]
-) -> dict[str, Any]:
+) -> dict[str, Any] | None:
     if status["verdict"] not in ("pass", "fixed", "improved"):
         verdict = (
             status["verdict"] if status["verdict"] in ("untested", "unsupported") else "untested"
         )
         return _gate(gate, verdict, "no accuracy result to judge: " + status["message"])
     cand_checks, base_checks = _checks(cand), _checks(base)
+    if not cand_checks and not base_checks:
+        return None  # the workload checks no accuracy (e.g. determinism): nothing to judge
     if not cand_checks:
-        return _gate(gate, "untested", "the workload records no accuracy check")
+        return _gate(gate, "untested", "the baseline checked accuracy, the candidate did not")
     cand_ok, worst = _judge_checks(cand_checks, gate)
     base_ok, _ = _judge_checks(base_checks, gate) if base_checks else (True, None)
     if not cand_ok and worst is not None:

@@ -1,12 +1,206 @@
-"""Gates computed from workload metrics rather than timing: one function per gate name."""
+"""Gates computed from workload metrics and saved outputs rather than timing.
+
+compile_time, graph_breaks, recompiles (compile workload), export (export workload),
+determinism (determinism workload) and drift (any workload that saves outputs).
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from suite.policy import Gate
 
-GateFn = Callable[[Gate, Sequence[dict[str, Any]], Sequence[dict[str, Any]]], dict[str, Any] | None]
+Record = dict[str, Any]
+GateFn = Callable[[Gate, Sequence[Record], Sequence[Record]], dict[str, Any] | None]
 
-METRIC_GATES: dict[str, GateFn] = {}
+
+def _result(gate: Gate, verdict: str, message: str, **numbers: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "gate": gate.name, "verdict": verdict, "severity": gate.severity, "required": gate.required,
+        "message": message, "unit": None, "baseline": None, "candidate": None, "change": None,
+        "ci": None, "p_value": None, "threshold": gate.threshold,
+    }  # fmt: skip
+    out.update(numbers)
+    return out
+
+
+def _metric(records: Sequence[Record], name: str) -> Any:
+    for record in records:
+        metric = (record.get("metrics") or {}).get(name)
+        if metric is not None and metric.get("value") is not None:
+            return metric["value"]
+    return None
+
+
+def _both(
+    gate: Gate, base: Sequence[Record], cand: Sequence[Record], name: str
+) -> tuple[Any, Any] | dict[str, Any] | None:
+    """Both sides' metric, a verdict when only one side has it, None when neither does."""
+    b, c = _metric(base, name), _metric(cand, name)
+    if b is None and c is None:
+        return None
+    if b is None or c is None:
+        side = "baseline" if b is None else "candidate"
+        return _result(gate, "untested", f"no {name} on the {side} side")
+    return b, c
+
+
+def compile_time(
+    gate: Gate, base: Sequence[Record], cand: Sequence[Record]
+) -> dict[str, Any] | None:
+    both = _both(gate, base, cand, "compile_cold_s")
+    if not isinstance(both, tuple):
+        return both
+    b, c = float(both[0]), float(both[1])
+    change = c / b - 1 if b > 0 else 0.0
+    numbers = {"unit": "s", "baseline": b, "candidate": c, "change": change}
+    warm = _metric(cand, "compile_warm_s")
+    text = f"cold compile {b:.2f}s -> {c:.2f}s ({change:+.1%})" + (
+        f", warm {warm:.2f}s" if warm else ""
+    )
+    threshold = gate.threshold if gate.threshold is not None else 0.0
+    if change > threshold:
+        return _result(gate, "fail", f"{text} > threshold {threshold:.0%}", **numbers)
+    if change < -threshold:
+        return _result(gate, "improved", text, **numbers)
+    return _result(gate, "pass", text, **numbers)
+
+
+def _counts(name: str, reasons: str) -> GateFn:
+    def gate_fn(
+        gate: Gate, base: Sequence[Record], cand: Sequence[Record]
+    ) -> dict[str, Any] | None:
+        both = _both(gate, base, cand, name)
+        if not isinstance(both, tuple):
+            return both
+        b, c = int(both[0]), int(both[1])
+        numbers = {"baseline": b, "candidate": c}
+        if c > b:
+            new = [
+                r
+                for r in str(_metric(cand, reasons) or "").split(" | ")
+                if r and r not in str(_metric(base, reasons) or "")
+            ]
+            why = f"; new: {'; '.join(new)[:600]}" if new else ""
+            return _result(gate, "fail", f"{name} grew {b} -> {c}{why}", **numbers)
+        if c < b:
+            return _result(gate, "improved", f"{name} fell {b} -> {c}", **numbers)
+        return _result(gate, "pass", f"{name} unchanged at {c}", **numbers)
+
+    return gate_fn
+
+
+def export(gate: Gate, base: Sequence[Record], cand: Sequence[Record]) -> dict[str, Any] | None:
+    records = cand or base
+    if not records or records[0]["spec"]["workload"] != "export":
+        return None
+    path = str(records[0]["spec"]["params"].get("path"))
+    if gate.paths and path not in gate.paths:
+        return None
+    if not cand:
+        return _result(gate, "untested", f"export path {path}: no candidate result")
+    status = cand[0]["status"]
+    b_status = base[0]["status"] if base else None
+    message = (cand[0].get("failure") or {}).get("message", "")
+    if status == "ok":
+        err = _metric(cand, "max_abs_error")
+        return _result(
+            gate,
+            "pass" if b_status == "ok" else "fixed",
+            f"export path {path} runs (max abs error {err})",
+            candidate=err,
+        )
+    if status == "skipped":
+        return _result(gate, "untested", f"export path {path} skipped: {message}")
+    if status == "unsupported":
+        return _result(gate, "unsupported", f"export path {path} unsupported: {message}")
+    verdict = "new-failure" if b_status == "ok" else "fail"
+    return _result(gate, verdict, f"export path {path} {status}: {message[:400]}")
+
+
+def determinism(
+    gate: Gate, base: Sequence[Record], cand: Sequence[Record]
+) -> dict[str, Any] | None:
+    if _metric([*base, *cand], "deterministic_cross_process") is None:
+        if (
+            cand
+            and cand[0]["spec"]["workload"] == "determinism"
+            and cand[0]["status"] == "unsupported"
+        ):
+            return _result(gate, "unsupported", (cand[0].get("failure") or {}).get("message", ""))
+        return None
+    c_in, c_x = (
+        _metric(cand, "deterministic_in_process"),
+        _metric(cand, "deterministic_cross_process"),
+    )
+    if c_in is None or c_x is None:
+        return _result(gate, "untested", "no determinism result on the candidate side")
+    b_ok = _metric(base, "deterministic_in_process") and _metric(
+        base, "deterministic_cross_process"
+    )
+    if c_in and c_x:
+        return _result(
+            gate, "pass" if b_ok else "fixed", "bitwise identical in and across processes"
+        )
+    where = "across processes" if not c_x else "within one process"
+    first, diff = _metric(cand, "first_difference"), _metric(cand, "max_difference")
+    was = "" if b_ok else " (the baseline was not deterministic either)"
+    return _result(
+        gate,
+        "fail",
+        f"not deterministic {where}: first differing tensor {first!r}, "
+        f"max difference {diff:.3g}{was}",
+        candidate=diff,
+    )
+
+
+def drift(gate: Gate, base: Sequence[Record], cand: Sequence[Record]) -> dict[str, Any] | None:
+    """Outputs of the same seeded step on both pins, against the policy's relative tolerance."""
+    b = next((r for r in base if r.get("outputs")), None)
+    c = next((r for r in cand if r.get("outputs")), None)
+    if b is None and c is None:
+        return None
+    if b is None or c is None:
+        return _result(gate, "untested", "saved outputs on one side only")
+    import torch
+
+    left = torch.load(Path(b["_run_dir"]) / b["outputs"]["file"], weights_only=True)
+    right = torch.load(Path(c["_run_dir"]) / c["outputs"]["file"], weights_only=True)
+    dtype = str(b["spec"]["params"].get("dtype", "fp32"))
+    tolerance = (gate.relative_tolerance or {}).get(dtype, gate.threshold or 1e-4)
+    worst_name, worst = "", 0.0
+    for name, x in left.items():
+        y = right.get(name)
+        if y is None or y.shape != x.shape:
+            return _result(gate, "fail", f"output {name!r} missing or reshaped on the candidate")
+        scale = max(float(x.double().abs().max()), 1e-12)
+        rel = float((x.double() - y.double()).abs().max()) / scale
+        if not math.isfinite(rel) or rel > worst:
+            worst_name, worst = name, rel if math.isfinite(rel) else math.inf
+    numbers = {"candidate": worst, "threshold": tolerance}
+    if worst > tolerance:
+        return _result(
+            gate,
+            "fail",
+            f"{worst_name}: relative drift {worst:.3g} > {tolerance:g} ({dtype})",
+            **numbers,
+        )
+    return _result(
+        gate,
+        "pass",
+        f"max relative drift {worst:.3g} ({worst_name or 'none'}) <= {tolerance:g}",
+        **numbers,
+    )
+
+
+METRIC_GATES: dict[str, GateFn] = {
+    "compile_time": compile_time,
+    "graph_breaks": _counts("graph_breaks", "graph_break_reasons"),
+    "recompiles": _counts("recompiles", "recompile_reasons"),
+    "export": export,
+    "determinism": determinism,
+    "drift": drift,
+}

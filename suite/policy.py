@@ -37,6 +37,7 @@ class Gate:
     must_not_grow: bool = False
     paths: tuple[str, ...] = ()
     tolerances: dict[str, tuple[float, float]] | None = None
+    relative_tolerance: dict[str, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,7 @@ def _gate(name: str, raw: dict[str, Any]) -> Gate:
         budget_bytes=raw.get("budget_bytes"),
         must_not_grow=bool(raw.get("must_not_grow", False)),
         paths=tuple(raw.get("paths", ())),
+        relative_tolerance=raw.get("relative_tolerance"),
         tolerances={k: (float(v[0]), float(v[1])) for k, v in tolerances.items()}
         if tolerances
         else None,

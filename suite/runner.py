@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -252,9 +253,16 @@ def run_cell(
     memory_limit = options.memory_limit_bytes if spec.backend == "cpu" else None
     argv = worker_argv(options.interpreter, spec, path, run_id, round_no)
     started_at = utc_now()
-    outcome = run_process(
-        argv, log_path=log, timeout_s=timeout, env=env, memory_limit_bytes=memory_limit
-    )
+    # A fresh inductor cache per cell: compile time is measured cold, and no cell warms another.
+    cache = run_dir / ".inductor-cache" / path.stem
+    shutil.rmtree(cache, ignore_errors=True)
+    env = {**env, "TORCHINDUCTOR_CACHE_DIR": str(cache)}
+    try:
+        outcome = run_process(
+            argv, log_path=log, timeout_s=timeout, env=env, memory_limit_bytes=memory_limit
+        )
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
     if outcome.returncode == 0 and not outcome.timed_out and path.is_file():
         try:
             doc = read_result(path)

@@ -12,7 +12,9 @@ import argparse
 import faulthandler
 import os
 import random
+import shutil
 import sys
+import tempfile
 import time
 import traceback
 import warnings
@@ -25,7 +27,7 @@ from suite.backends import Backend, MemoryTracker, get, mps_fallback_enabled
 from suite.measure import BUDGETS, Timing, run_timed, timer_overhead_s
 from suite.results import atomic_write_json, base_result, utc_now, write_result
 from suite.spec import CellSpec
-from suite.workloads.base import CellContext, ParamValue, Unsupported
+from suite.workloads.base import CellContext, ParamValue, Skip, Unsupported
 
 if TYPE_CHECKING:
     import torch
@@ -52,6 +54,8 @@ class WorkerContext(CellContext):
         self.checks: list[dict[str, Any]] = []
         self.metrics: dict[str, dict[str, Any]] = {}
         self.warnings: list[str] = []
+        self.outputs: dict[str, torch.Tensor] = {}
+        self._scratch: Path | None = None
         self._torch = torch
 
     def dtype(self, name: str | None = None) -> torch.dtype:
@@ -99,6 +103,12 @@ class WorkerContext(CellContext):
         label: str = "output",
     ) -> bool:
         dtype_name = dtype or str(self.params.get("dtype", "fp32"))
+        # What is checked against fp64 is also what drift between torch pins is measured on.
+        if isinstance(result, self._torch.Tensor):
+            self.outputs.setdefault(label, result.detach().to("cpu"))
+        else:
+            for i, tensor in enumerate(result):
+                self.outputs.setdefault(f"{label}[{i}]", tensor.detach().to("cpu"))
         verdict = accuracy.judge(
             accuracy.rmse(result, fp64), accuracy.rmse(reference, fp64), dtype_name
         )
@@ -112,6 +122,20 @@ class WorkerContext(CellContext):
 
     def warn(self, message: str) -> None:
         self.warnings.append(message)
+
+    def save_outputs(self, tensors: Mapping[str, torch.Tensor]) -> None:
+        for name, tensor in tensors.items():
+            self.outputs[name] = tensor.detach().to("cpu")
+
+    @property
+    def scratch(self) -> Path:
+        if self._scratch is None:
+            self._scratch = Path(tempfile.mkdtemp(prefix="torch-matrix-scratch-"))
+        return self._scratch
+
+    def cleanup(self) -> None:
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
 
 
 def _correctness(checks: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -139,11 +163,53 @@ def _classify(exc: BaseException) -> tuple[str, str]:
 
     if isinstance(exc, (Unsupported, NotImplementedError)):
         return "unsupported", "unsupported"
+    if isinstance(exc, Skip):
+        return "skipped", "unavailable"
     if isinstance(exc, (MemoryError, torch.OutOfMemoryError)):
         return "oom", "oom"
     if isinstance(exc, RuntimeError) and any(m in str(exc).lower() for m in _OOM_MARKERS):
         return "oom", "oom"
     return "failed", "exception"
+
+
+# Tensors above this many elements are kept as a fixed strided sample: drift needs the same
+# elements on both sides, not all of them.
+OUTPUT_CAP_ELEMENTS = 1 << 20
+
+
+def save_outputs(ctx: WorkerContext, path: Path) -> dict[str, Any]:
+    """Write the workload's outputs beside the results; return their digest for the record."""
+    import hashlib
+
+    import torch
+
+    kept: dict[str, torch.Tensor] = {}
+    digest: dict[str, Any] = {}
+    for name, tensor in ctx.outputs.items():
+        flat = tensor.contiguous().view(-1)
+        sampled = flat.numel() > OUTPUT_CAP_ELEMENTS
+        if sampled:
+            step = -(-flat.numel() // OUTPUT_CAP_ELEMENTS)
+            flat = flat[::step]
+        kept[name] = flat.clone()
+        as_float = tensor.double() if tensor.is_floating_point() else tensor.to(torch.float64)
+        digest[name] = {
+            "shape": list(tensor.shape),
+            "dtype": str(tensor.dtype).removeprefix("torch."),
+            "sha256": hashlib.sha256(
+                tensor.contiguous().view(torch.uint8).numpy().tobytes()
+            ).hexdigest()
+            if tensor.numel()
+            else hashlib.sha256(b"").hexdigest(),
+            "abs_max": float(as_float.abs().max()) if tensor.numel() else 0.0,
+            "mean": float(as_float.mean()) if tensor.numel() else 0.0,
+            "sampled": sampled,
+        }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    torch.save(kept, tmp)
+    os.replace(tmp, path)
+    return {"file": str(path), "tensors": digest}
 
 
 def _fill_measurements(doc: dict[str, Any], ctx: WorkerContext) -> None:
@@ -278,8 +344,15 @@ def run_cell(
         "timed_s": ctx.timing.timed_s if ctx is not None and ctx.timing is not None else 0.0,
         "timer_overhead_s": timer_overhead_s(repeats=2000),
     }
-    if trace is not None and ctx is not None and doc["status"] in ("ok", "failed"):
-        write_trace(ctx, trace)
+    if ctx is not None:
+        if ctx.outputs and round_no == 0:  # one copy per side is enough to measure drift
+            stem = result_path.name.removesuffix(".json")
+            saved = save_outputs(ctx, result_path.parent.parent / "tensors" / f"{stem}.pt")
+            saved["file"] = os.path.relpath(saved["file"], result_path.parent.parent)
+            doc["outputs"] = saved
+        if trace is not None and doc["status"] in ("ok", "failed"):
+            write_trace(ctx, trace)
+        ctx.cleanup()
     write_result(result_path, doc)
     return 0
 

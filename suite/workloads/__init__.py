@@ -15,12 +15,13 @@ from types import ModuleType
 from typing import Any
 
 from suite.errors import WorkloadError
-from suite.workloads.base import CellContext, Param, Unsupported, Workload
+from suite.workloads.base import CellContext, Param, Skip, Unsupported, Workload
 
 __all__ = [
     "CellContext",
     "Param",
     "Resolved",
+    "Skip",
     "Unsupported",
     "Workload",
     "builtin_names",
@@ -34,6 +35,9 @@ BUILTINS: dict[str, str] = {
     "sdpa": "suite.workloads.sdpa:Sdpa",
     "linear_cross_entropy": "suite.workloads.linear_cross_entropy:LinearCrossEntropy",
     "mlp_train": "suite.workloads.mlp_train:MlpTrain",
+    "compile": "suite.workloads.compile:Compile",
+    "export": "suite.workloads.export:Export",
+    "determinism": "suite.workloads.determinism:Determinism",
 }
 
 

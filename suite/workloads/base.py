@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
@@ -25,6 +26,13 @@ DTYPES = ("fp32", "bf16", "fp16", "fp64")
 
 class Unsupported(Exception):
     """The backend or torch build cannot run this case. Recorded as status 'unsupported'."""
+
+
+class Skip(Exception):
+    """An optional dependency is missing here (say which, and how to install it).
+
+    Recorded as status 'skipped': nothing was learned about torch.
+    """
 
 
 @dataclass(frozen=True)
@@ -105,6 +113,19 @@ class CellContext:
         raise NotImplementedError
 
     def metric(self, name: str, value: float | str | bool | None, unit: str | None = None) -> None:
+        raise NotImplementedError
+
+    def save_outputs(self, tensors: Mapping[str, torch.Tensor]) -> None:
+        """Keep outputs and gradients of a fixed-seed step, for drift between torch pins.
+
+        A digest of each tensor goes into the record; the tensors themselves (each capped in
+        size) are saved beside the results.
+        """
+        raise NotImplementedError
+
+    @property
+    def scratch(self) -> Path:
+        """A private folder for files the workload makes (exported models); removed after."""
         raise NotImplementedError
 
     def warn(self, message: str) -> None:
