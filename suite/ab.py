@@ -65,6 +65,7 @@ def run_ab(
             rounds=rounds,
             command=side_command(matrix, side, resolved),
             progress=options.progress,
+            launcher=side.launcher,
         )
         extra = {
             "label": side.label,

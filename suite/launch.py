@@ -19,9 +19,25 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 _PR_SET_PDEATHSIG = 1
 TERM_GRACE_S = 3.0
+
+
+class Launcher(Protocol):
+    """Runs a worker's argv to completion or timeout. run_process is the local one."""
+
+    def __call__(
+        self,
+        argv: Sequence[str],
+        *,
+        log_path: Path,
+        timeout_s: float,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+        memory_limit_bytes: int | None = None,
+    ) -> Outcome: ...
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import Any
 
 from suite import __version__
 from suite.errors import EnvironmentProblem, InputError
-from suite.launch import Outcome, read_tail, run_process
+from suite.launch import Launcher, Outcome, read_tail, run_process
 from suite.matrix import Matrix, expand
 from suite.progress import Progress
 from suite.results import (
@@ -52,6 +52,8 @@ class RunOptions:
     extra_env: dict[str, str] = field(default_factory=dict)
     progress: Progress | None = None
     run_id: str | None = None
+    # Starts a worker: the local process launcher, or one that runs it inside a container.
+    launcher: Launcher = run_process
 
 
 @dataclass
@@ -128,7 +130,7 @@ def _short_hash(text: str) -> str:
 def probe_environment(options: RunOptions, log_dir: Path) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="torch-matrix-probe-") as tmp:
         out = Path(tmp) / "env.json"
-        outcome = run_process(
+        outcome = options.launcher(
             [options.interpreter, "-m", "suite.worker", "probe", "--out", str(out)],
             log_path=log_dir / "probe.log",
             timeout_s=PROBE_TIMEOUT_S,
@@ -258,7 +260,7 @@ def run_cell(
     shutil.rmtree(cache, ignore_errors=True)
     env = {**env, "TORCHINDUCTOR_CACHE_DIR": str(cache)}
     try:
-        outcome = run_process(
+        outcome = options.launcher(
             argv, log_path=log, timeout_s=timeout, env=env, memory_limit_bytes=memory_limit
         )
     finally:
@@ -395,7 +397,7 @@ class Run:
         result = trace_dir / f"{stem}.result.json"
         argv = worker_argv(self.options.interpreter, spec, result, self.run_id, 0)
         argv += ["--trace", str(trace)]
-        run_process(
+        self.options.launcher(
             argv,
             log_path=trace_dir / f"{stem}.log",
             timeout_s=self.options.timeout_s or spec.timeout_s,

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from suite.errors import EnvironmentProblem, InputError
+from suite.launch import Launcher, run_process
 
 CACHE_VAR = "TORCH_MATRIX_CACHE"
 _REQUIREMENT = re.compile(r"^torch\s*(\[[^\]]*\])?\s*(==|~=|>=|<=|>|<|!=|===|@)")
@@ -29,7 +30,9 @@ class Side:
     label: str  # short, for reports
     interpreter: str
     prepared_s: float  # time to get the environment ready (0 when cached)
-    kind: str  # "current", "python", "requirement"
+    kind: str  # "current", "python", "requirement", "docker"
+    launcher: Launcher = run_process
+    image: dict[str, str | None] | None = None  # reference and digest, for docker sides
 
 
 def cache_root() -> Path:
