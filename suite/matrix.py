@@ -177,6 +177,7 @@ def expand(matrix: Matrix) -> tuple[list[CellSpec], dict[str, Resolved]]:
                     lane=entry.lane,
                     size_tag=workload.size_tag(params, matrix.profile),
                     timeout_s=entry.timeout_s or matrix.timeout_s,
+                    ranks=workload.ranks(params, matrix.profile),
                 )
                 if cell.cell_id not in seen:
                     seen.add(cell.cell_id)

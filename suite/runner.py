@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -178,6 +180,7 @@ def _record_for_outcome(
     log: Path,
     started_at: str,
     memory_limit: int | None,
+    path_of_result: Path,
 ) -> dict[str, Any]:
     timeout = options.timeout_s or spec.timeout_s
     if outcome.timed_out:
@@ -204,6 +207,10 @@ def _record_for_outcome(
         message = f"worker exited with code {outcome.returncode} and wrote no result"
     else:
         status, mode, message = "crashed", "no-result", "worker exited 0 but wrote no valid result"
+    if spec.ranks > 1:
+        died = _torchrun_deaths(read_tail(log, 20000))
+        parts = _rank_failures(path_of_result)
+        message = "; ".join(m for m in (message, died, parts) if m)
     return failure_result(
         spec,
         run_id,
@@ -219,6 +226,39 @@ def _record_for_outcome(
     )
 
 
+_TORCHRUN_FAILURE = re.compile(
+    r"rank\s*:\s*(\d+)[^\n]*\n\s*exitcode\s*:\s*(-?\d+)[^\n]*?(?:\((SIG[A-Z]+)\))?\s*$",
+    re.MULTILINE,
+)
+
+
+def _torchrun_deaths(log_text: str) -> str:
+    """Which ranks torchrun saw die, from its failure summary (rank : N / exitcode : -11)."""
+    deaths = [
+        f"rank {rank} died ({sig or f'exit code {code}'})"
+        for rank, code, sig in _TORCHRUN_FAILURE.findall(log_text)
+        if sig != "SIGTERM"  # ranks torchrun itself stopped after the first death
+    ]
+    return "; ".join(dict.fromkeys(deaths))
+
+
+def _rank_failures(result: Path) -> str:
+    """What the ranks of a distributed cell said before it died (their part files)."""
+    import json
+
+    said = []
+    for part in sorted(result.parent.glob(f".{result.name}.rank*.json")):
+        try:
+            data = json.loads(part.read_text("utf-8"))
+        except (OSError, ValueError):
+            continue
+        finally:
+            part.unlink(missing_ok=True)
+        if data.get("status") != "ok":
+            said.append(f"rank {data.get('rank')} {data.get('status')}: {data.get('failure')}")
+    return "; ".join(said)
+
+
 def default_memory_limit() -> int | None:
     from suite.envinfo import memory_total_bytes
 
@@ -226,11 +266,25 @@ def default_memory_limit() -> int | None:
     return int(total * 0.9) if total else None
 
 
+TORCHRUN_ARGS_VAR = "TORCH_MATRIX_TORCHRUN_ARGS"
+
+
 def worker_argv(
     interpreter: str, spec: CellSpec, result: Path, run_id: str, round_no: int
 ) -> list[str]:
+    """The worker's command line; a cell of several ranks starts under torchrun."""
+    launch = [interpreter, "-m", "suite.worker"]
+    if spec.ranks > 1:
+        # Multi-node: rendezvous options (--nnodes, --rdzv-endpoint, ...) come from the
+        # environment; one node alone uses --standalone, which picks a free local port.
+        extra = shlex.split(os.environ.get(TORCHRUN_ARGS_VAR, "")) or ["--standalone"]
+        launch = [
+            interpreter, "-m", "torch.distributed.run", *extra,
+            "--nproc-per-node", str(spec.ranks), "--max-restarts", "0",
+            "-m", "suite.worker",
+        ]  # fmt: skip
     return [
-        interpreter, "-m", "suite.worker", "cell",
+        *launch, "cell",
         "--spec", spec.to_json(),
         "--result", str(result),
         "--run-id", run_id,
@@ -276,7 +330,7 @@ def run_cell(
                 write_result(path, doc)
             return doc
     doc = _record_for_outcome(
-        spec, run_id, round_no, options, outcome, log, started_at, memory_limit
+        spec, run_id, round_no, options, outcome, log, started_at, memory_limit, path
     )
     write_result(path, doc)
     return doc

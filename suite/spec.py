@@ -29,6 +29,7 @@ class CellSpec:
     lane: str = "production"
     size_tag: str | None = None
     timeout_s: float = 600.0
+    ranks: int = 1  # processes the cell runs on; above 1 it is launched under torchrun
 
     @property
     def params_dict(self) -> dict[str, ParamValue]:
@@ -65,6 +66,7 @@ class CellSpec:
         data["params"] = [list(p) for p in self.params]
         data["size_tag"] = self.size_tag
         data["timeout_s"] = self.timeout_s
+        data["ranks"] = self.ranks
         return json.dumps(data, sort_keys=True)
 
     @classmethod
@@ -79,6 +81,7 @@ class CellSpec:
             lane=data["lane"],
             size_tag=data.get("size_tag"),
             timeout_s=float(data.get("timeout_s", 600.0)),
+            ranks=int(data.get("ranks", 1)),
         )
 
 

@@ -45,7 +45,12 @@ class WorkerContext(CellContext):
         self.profile = spec.profile
         self.size = size
         self.backend = backend
+        self.rank, self.world_size, local_rank = _rank_env()
         self.device = backend.device()
+        if self.world_size > 1 and backend.device_type == "cuda":
+            self.device = torch.device("cuda", local_rank)
+            torch.cuda.set_device(self.device)
+        self.rank_metrics: dict[str, dict[str, Any]] = {}
         self.timing: Timing | None = None
         self.step: Callable[[], Any] | None = None
         self.tracker: MemoryTracker | None = None
@@ -123,6 +128,11 @@ class WorkerContext(CellContext):
     def warn(self, message: str) -> None:
         self.warnings.append(message)
 
+    def rank_metric(
+        self, name: str, value: float | str | bool | None, unit: str | None = None
+    ) -> None:
+        self.rank_metrics[name] = {"value": value, "unit": unit}
+
     def save_outputs(self, tensors: Mapping[str, torch.Tensor]) -> None:
         for name, tensor in tensors.items():
             self.outputs[name] = tensor.detach().to("cpu")
@@ -136,6 +146,74 @@ class WorkerContext(CellContext):
     def cleanup(self) -> None:
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
+
+
+def _rank_env() -> tuple[int, int, int]:
+    """(rank, world size, local rank) as torchrun sets them; a plain cell is rank 0 of 1."""
+    return (
+        int(os.environ.get("RANK", "0")),
+        int(os.environ.get("WORLD_SIZE", "1")),
+        int(os.environ.get("LOCAL_RANK", "0")),
+    )
+
+
+def rank_part_path(result_path: Path, rank: int) -> Path:
+    return result_path.with_name(f".{result_path.name}.rank{rank}.json")
+
+
+def _init_distributed(backend: Backend) -> None:
+    import datetime
+
+    import torch.distributed as dist
+
+    name = "gloo" if backend.device_type == "cpu" else "nccl"  # nccl is rccl on ROCm builds
+    dist.init_process_group(name, timeout=datetime.timedelta(seconds=300))
+
+
+def _rank_part(doc: dict[str, Any], ctx: WorkerContext | None, rank: int) -> dict[str, Any]:
+    timing = doc.get("timing") or {}
+    return {
+        "rank": rank,
+        "status": doc["status"],
+        "failure": (doc.get("failure") or {}).get("message"),
+        "p50_s": (timing.get("summary") or {}).get("p50"),
+        "peak_bytes": (doc.get("memory") or {}).get("peak_bytes"),
+        "metrics": ctx.rank_metrics if ctx is not None else {},
+    }
+
+
+def _gather_ranks(doc: dict[str, Any], ctx: WorkerContext | None, result_path: Path) -> bool:
+    """Every rank writes its part; rank 0 folds them into the record. True on rank 0."""
+    import json
+
+    rank, world, _ = _rank_env()
+    if world == 1:
+        return True
+    import torch.distributed as dist
+
+    atomic_write_json(rank_part_path(result_path, rank), _rank_part(doc, ctx, rank))
+    if dist.is_initialized():
+        dist.barrier()
+    if rank != 0:
+        return False
+    parts = []
+    for r in range(world):
+        path = rank_part_path(result_path, r)
+        parts.append(
+            json.loads(path.read_text("utf-8"))
+            if path.is_file()
+            else {"rank": r, "status": "missing"}
+        )
+        path.unlink(missing_ok=True)
+    doc["ranks"] = parts
+    bad = [p for p in parts if p["status"] not in ("ok", doc["status"])]
+    if bad and doc["status"] == "ok":
+        doc["status"] = "failed"
+        doc["failure"] = {
+            "mode": "exception",
+            "message": f"rank {bad[0]['rank']}: {bad[0].get('failure')}",
+        }
+    return True
 
 
 def _correctness(checks: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -301,6 +379,8 @@ def run_cell(
                 }
             size = dict(resolved.workload.sizes.get(spec.profile, {}))
             ctx = WorkerContext(spec, backend, size)
+            if ctx.world_size > 1:
+                _init_distributed(backend)
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 resolved.workload.run(ctx)
@@ -353,8 +433,18 @@ def run_cell(
         if trace is not None and doc["status"] in ("ok", "failed"):
             write_trace(ctx, trace)
         ctx.cleanup()
-    write_result(result_path, doc)
+    if _gather_ranks(doc, ctx, result_path):
+        write_result(result_path, doc)
+    _shutdown_distributed()
     return 0
+
+
+def _shutdown_distributed() -> None:
+    if _rank_env()[1] > 1:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
 
 
 def run_probe(out: Path) -> int:

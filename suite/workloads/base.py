@@ -64,6 +64,11 @@ class Workload:
         """A short token for the cell id that names the problem size (e.g. 's256')."""
         return None
 
+    def ranks(self, params: Mapping[str, ParamValue], profile: str) -> int:
+        """Processes the cell needs. Above 1 the harness launches it under torchrun, with the
+        default process group initialised (gloo on CPU, nccl on CUDA and ROCm) before run()."""
+        return 1
+
     def skip_reason(self, params: Mapping[str, ParamValue]) -> str | None:
         """Combinations that make no sense are not planned; say why (None keeps the case)."""
         return None
@@ -80,6 +85,8 @@ class CellContext:
     size: Mapping[str, Any]
     backend: Backend
     device: torch.device
+    rank: int = 0
+    world_size: int = 1
 
     def dtype(self, name: str | None = None) -> torch.dtype:
         """The torch dtype for a dtype name ('fp32', 'bf16', ...); default: params['dtype']."""
@@ -129,4 +136,10 @@ class CellContext:
         raise NotImplementedError
 
     def warn(self, message: str) -> None:
+        raise NotImplementedError
+
+    def rank_metric(
+        self, name: str, value: float | str | bool | None, unit: str | None = None
+    ) -> None:
+        """A per-rank number (peak memory, step time): every rank's value lands in the record."""
         raise NotImplementedError

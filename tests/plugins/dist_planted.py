@@ -1,0 +1,57 @@
+"""Planted distributed workloads: two ranks over gloo; one well-behaved, one crashing, one hanging."""
+
+from __future__ import annotations
+
+import ctypes
+import time
+from typing import Any
+
+from suite.workloads import CellContext, Workload
+
+
+class TwoRanks(Workload):
+    def ranks(self, params: Any, profile: str) -> int:
+        return 2
+
+
+class AllReduce(TwoRanks):
+    name = "all_reduce_ok"
+
+    def run(self, ctx: CellContext) -> None:
+        import torch
+        import torch.distributed as dist
+
+        x = torch.ones(1024, device=ctx.device) * (ctx.rank + 1)
+
+        def step() -> None:
+            y = x.clone()
+            dist.all_reduce(y)
+
+        ctx.measure(step, items_per_iter=x.numel())
+        y = x.clone()
+        dist.all_reduce(y)
+        ctx.rank_metric("sum", float(y[0]))
+        ctx.metric("world_size", ctx.world_size)
+
+
+class RankCrash(TwoRanks):
+    name = "rank_crash"
+
+    def run(self, ctx: CellContext) -> None:
+        import torch.distributed as dist
+
+        dist.barrier()
+        if ctx.rank == 1:
+            ctypes.string_at(0)
+        dist.barrier()
+
+
+class RankHang(TwoRanks):
+    name = "rank_hang"
+
+    def run(self, ctx: CellContext) -> None:
+        if ctx.rank == 1:
+            time.sleep(3600)
+        import torch.distributed as dist
+
+        dist.barrier()

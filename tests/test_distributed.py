@@ -1,0 +1,53 @@
+"""Distributed cells under torchrun (2 CPU ranks, gloo): results from every rank, and a rank
+that dies or hangs ends its own cell only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from suite.results import read_result, read_run
+from tests.helpers import TESTS, cli
+
+pytestmark = pytest.mark.slow
+PLANTED = TESTS / "plugins" / "dist_planted.py"
+
+
+@pytest.fixture(scope="module")
+def dist_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path]:
+    out = tmp_path_factory.mktemp("dist") / "run"
+    matrix = out.parent / "m.yaml"
+    matrix.write_text(
+        "version: 1\nbackends: [cpu]\nworkloads:\n"
+        f"  - workload: '{PLANTED}:RankCrash'\n"
+        f"  - workload: '{PLANTED}:RankHang'\n    timeout: 15\n"
+        f"  - workload: '{PLANTED}:AllReduce'\n"
+    )
+    code, _, _ = cli("run", "--matrix", str(matrix), "--out", str(out))
+    return code, out
+
+
+def test_every_rank_reports(dist_run: tuple[int, Path]) -> None:
+    doc = read_result(dist_run[1] / "cells" / "all_reduce_ok@cpu.json")
+    assert doc["status"] == "ok"
+    assert [r["rank"] for r in doc["ranks"]] == [0, 1]
+    assert all(r["metrics"]["sum"]["value"] == 3.0 for r in doc["ranks"])  # 1 + 2 over gloo
+    assert all(r["peak_bytes"] is not None for r in doc["ranks"])
+    assert doc["metrics"]["world_size"]["value"] == 2
+
+
+def test_rank_crash_recorded_and_run_goes_on(dist_run: tuple[int, Path]) -> None:
+    code, out = dist_run
+    assert code == 1
+    doc = read_result(out / "cells" / "rank_crash@cpu.json")
+    assert doc["status"] == "crashed"
+    assert "rank 1 died (SIGSEGV)" in doc["failure"]["message"]
+    assert read_run(out / "run.json")["status"] == "complete"
+    assert not list((out / "cells").glob(".*rank*"))  # rank parts cleaned up
+
+
+def test_rank_hang_recorded_as_timeout(dist_run: tuple[int, Path]) -> None:
+    doc = read_result(dist_run[1] / "cells" / "rank_hang@cpu.json")
+    assert doc["status"] == "timeout"
+    assert "15s" in doc["failure"]["message"]
