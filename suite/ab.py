@@ -17,6 +17,7 @@ from suite.compare import decide
 from suite.matrix import Matrix
 from suite.policy import Policy
 from suite.progress import Progress
+from suite.rollback_gate import compatibility, rehearsal
 from suite.runner import Run, RunOptions
 from suite.sides import Side
 from suite.spec import CellSpec
@@ -33,6 +34,7 @@ class AbOptions:
     memory_limit_bytes: int | None
     progress: Progress | None
     traces: bool = True
+    rollback: bool = True
 
 
 def side_command(matrix: Matrix, side: Side, resolved: dict[str, Resolved]) -> list[str]:
@@ -91,13 +93,33 @@ def run_ab(
         raise
     for run in runs.values():
         run.finish()
+    checks: list[dict[str, Any]] = []
+    rollback: dict[str, Any] | None = None
+    if options.rollback and "rollback" in policy.gates:
+        sides = {
+            "baseline": (baseline, runs["baseline"]),
+            "candidate": (candidate, runs["candidate"]),
+        }
+        checks, reports = compatibility(sides, options.out)
+        cell, timing = rehearsal(
+            matrix, cells, resolved, baseline, runs["baseline"], policy, options.out
+        )
+        checks.append(cell)
+        rollback = {**timing, "checkpoints": reports}
     loaded_base = Loaded.load(options.out / "baseline", baseline.label)
     loaded_cand = Loaded.load(options.out / "candidate", candidate.label)
-    decision = decide(loaded_base, loaded_cand, policy)
+    decision = decide(loaded_base, loaded_cand, policy, extra_cells=checks, rollback=rollback)
     if options.traces:
         artifacts = _trace_failures(decision, cells, runs, options.out)
         if artifacts:
-            decision = decide(loaded_base, loaded_cand, policy, artifacts=artifacts)
+            decision = decide(
+                loaded_base,
+                loaded_cand,
+                policy,
+                artifacts=artifacts,
+                extra_cells=checks,
+                rollback=rollback,
+            )
     return decision
 
 

@@ -113,7 +113,13 @@ def _check_same_matrix(base: Side, cand: Side) -> None:
 
 
 def decide(
-    base: Side, cand: Side, policy: Policy, *, artifacts: dict[str, dict[str, str]] | None = None
+    base: Side,
+    cand: Side,
+    policy: Policy,
+    *,
+    artifacts: dict[str, dict[str, str]] | None = None,
+    extra_cells: list[dict[str, Any]] | None = None,
+    rollback: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     _check_same_matrix(base, cand)
     diffs = differences(base.run["environment"], cand.run["environment"])
@@ -149,6 +155,8 @@ def decide(
                 "artifacts": (artifacts or {}).get(cell_id, {}),
             }
         )
+    # Checks that are not cells of the matrix (the rollback gate) join as cells of their own.
+    cells.extend(c for c in extra_cells or [] if all(g["gate"] in policy.gates for g in c["gates"]))
     rows = apply_rules(policy, cells)
     decision, reasons = overall(rows)
     if diffs:
@@ -169,5 +177,7 @@ def decide(
         "rows": rows,
         "cells": cells,
     }
+    if rollback is not None:
+        doc["rollback"] = rollback
     validate(doc, "torch-matrix/decision", file="<decision>")
     return doc

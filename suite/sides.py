@@ -20,7 +20,7 @@ from suite.launch import Launcher, run_process
 CACHE_VAR = "TORCH_MATRIX_CACHE"
 _REQUIREMENT = re.compile(r"^torch\s*(\[[^\]]*\])?\s*(==|~=|>=|<=|>|<|!=|===|@)")
 # Runtime needs of the worker besides torch; the suite itself travels on PYTHONPATH.
-WORKER_REQUIREMENTS = ("jsonschema>=4.18", "PyYAML>=6.0")
+WORKER_REQUIREMENTS = ("jsonschema>=4.18", "PyYAML>=6.0", "numpy")
 INSTALL_TIMEOUT_S = 3600.0
 
 

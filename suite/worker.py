@@ -255,6 +255,16 @@ def _classify(exc: BaseException) -> tuple[str, str]:
 OUTPUT_CAP_ELEMENTS = 1 << 20
 
 
+def _tensor_bytes(tensor: torch.Tensor) -> bytes:
+    import torch
+
+    raw = tensor.contiguous().view(torch.uint8)
+    try:
+        return bytes(raw.numpy().tobytes())
+    except RuntimeError:  # a torch without numpy beside it
+        return bytes(raw.tolist())
+
+
 def save_outputs(ctx: WorkerContext, path: Path) -> dict[str, Any]:
     """Write the workload's outputs beside the results; return their digest for the record."""
     import hashlib
@@ -274,11 +284,7 @@ def save_outputs(ctx: WorkerContext, path: Path) -> dict[str, Any]:
         digest[name] = {
             "shape": list(tensor.shape),
             "dtype": str(tensor.dtype).removeprefix("torch."),
-            "sha256": hashlib.sha256(
-                tensor.contiguous().view(torch.uint8).numpy().tobytes()
-            ).hexdigest()
-            if tensor.numel()
-            else hashlib.sha256(b"").hexdigest(),
+            "sha256": hashlib.sha256(_tensor_bytes(tensor) if tensor.numel() else b"").hexdigest(),
             "abs_max": float(as_float.abs().max()) if tensor.numel() else 0.0,
             "mean": float(as_float.mean()) if tensor.numel() else 0.0,
             "sampled": sampled,

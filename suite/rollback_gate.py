@@ -1,0 +1,178 @@
+"""Runs the rollback checks of an A/B (see suite/rollback.py) and turns them into decision cells."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from suite.matrix import Matrix
+from suite.policy import Policy
+from suite.runner import Run, RunOptions
+from suite.sides import Side, prepare
+from suite.spec import CellSpec
+from suite.workloads import Resolved
+
+STEP_TIMEOUT_S = 900.0
+DEFAULT_DRIFT_TOLERANCE = 1e-4
+
+
+def _cell(name: str, verdict: str, message: str, **numbers: Any) -> dict[str, Any]:
+    gate = {
+        "gate": "rollback", "verdict": verdict, "severity": "hard", "required": True,
+        "message": message, "unit": None, "baseline": None, "candidate": None, "change": None,
+        "ci": None, "p_value": None, "threshold": None,
+    }  # fmt: skip
+    gate.update(numbers)
+    return {
+        "cell_id": f"rollback.{name}@any", "row_id": "rollback@any", "workload": "rollback",
+        "backend": "any", "lane": "production", "baseline_status": None, "candidate_status": None,
+        "gates": [gate], "repro": None, "artifacts": {},
+    }  # fmt: skip
+
+
+def _run(side: Side, run: Run, args: list[str], log: Path) -> int | None:
+    outcome = side.launcher(
+        [side.interpreter, "-m", "suite.rollback", *args],
+        log_path=log, timeout_s=STEP_TIMEOUT_S, env=run.worker_env,
+    )  # fmt: skip
+    return None if outcome.timed_out else outcome.returncode
+
+
+def compatibility(
+    sides: dict[str, tuple[Side, Run]], out: Path
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Checkpoints written by each pin, read by the other."""
+    cells: list[dict[str, Any]] = []
+    reports: dict[str, Any] = {}
+    for writer, reader in (("candidate", "baseline"), ("baseline", "candidate")):
+        direction = f"{writer}-to-{reader}"
+        folder = out / "rollback" / f"written-by-{writer}"
+        logs = out / "rollback" / "logs"
+        code = _run(*sides[writer], ["write", str(folder)], logs / f"write-{writer}.log")
+        report_path = out / "rollback" / f"{direction}.json"
+        if code == 0:
+            code = _run(
+                *sides[reader],
+                ["read", str(folder), "--report", str(report_path)],
+                logs / f"read-{direction}.log",
+            )
+        if code != 0 or not report_path.is_file():
+            step = "writing" if not (folder / "meta.json").is_file() else "reading"
+            cells.append(
+                _cell(
+                    f"checkpoint.{direction}",
+                    "fail",
+                    f"{step} the checkpoint failed (exit {code}); see {logs}",
+                )
+            )
+            continue
+        report = json.loads(report_path.read_text("utf-8"))
+        reports[direction] = report
+        for fmt, result in report["formats"].items():
+            what = f"{fmt} written by torch {report['written_by']}, loaded by {report['torch']}"
+            if result["ok"]:
+                cells.append(
+                    _cell(
+                        f"checkpoint.{fmt}.{direction}",
+                        "pass",
+                        f"{what}: training continues alike (max relative difference "
+                        f"{result['max_rel_diff']:.2g})",
+                    )
+                )
+            else:
+                cells.append(
+                    _cell(f"checkpoint.{fmt}.{direction}", "fail", f"{what}: {result['error']}")
+                )
+    return cells, reports
+
+
+def _drift(a: Path, b: Path) -> tuple[str, float]:
+    import torch
+
+    left = torch.load(a, weights_only=True)
+    right = torch.load(b, weights_only=True)
+    worst_name, worst = "", 0.0
+    for name, x in left.items():
+        y = right.get(name)
+        if y is None or y.shape != x.shape:
+            return name, math.inf
+        rel = float((x.double() - y.double()).abs().max()) / max(
+            float(x.double().abs().max()), 1e-12
+        )
+        if rel > worst:
+            worst_name, worst = name, rel
+    return worst_name, worst
+
+
+def rehearsal(
+    matrix: Matrix,
+    cells: Sequence[CellSpec],
+    resolved: dict[str, Resolved],
+    baseline: Side,
+    base_run: Run,
+    policy: Policy,
+    out: Path,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Back to the baseline: environment ready again, every cell once more, same results."""
+    start = time.perf_counter()
+    again = prepare(baseline.spec, "baseline")
+    options = RunOptions(
+        out=out / "rehearsal", interpreter=again.interpreter, timeout_s=base_run.options.timeout_s,
+        memory_limit_bytes=base_run.options.memory_limit_bytes, rounds=(0,),
+        command=base_run.options.command, launcher=again.launcher,
+    )  # fmt: skip
+    run = Run(matrix, options, cells, resolved, extra={"label": baseline.label, "side": "baseline"})
+    ready_s = time.perf_counter() - start
+    gate = policy.gates.get("drift")
+    mismatches: list[str] = []
+    for spec in cells:
+        doc, _ = run.execute(spec, 0)
+        earlier = json.loads((base_run.dir / "cells" / f"{spec.cell_id}.json").read_text("utf-8"))
+        if doc["status"] != earlier["status"]:
+            mismatches.append(f"{spec.cell_id}: status {earlier['status']} then {doc['status']}")
+            continue
+        if doc.get("outputs") and earlier.get("outputs"):
+            dtype = str(spec.params_dict.get("dtype", "fp32"))
+            tolerance = (
+                (gate.relative_tolerance or {}).get(dtype) if gate else None
+            ) or DEFAULT_DRIFT_TOLERANCE
+            name, rel = _drift(
+                base_run.dir / earlier["outputs"]["file"], run.dir / doc["outputs"]["file"]
+            )
+            if rel > tolerance:
+                mismatches.append(f"{spec.cell_id}: {name} differs by {rel:.3g} > {tolerance:g}")
+    run.finish()
+    total = time.perf_counter() - start
+    timing = {
+        "environment_ready_s": ready_s + again.prepared_s,
+        "rehearsal_s": total - ready_s,
+        "duration_s": total + again.prepared_s,
+    }
+    text = (
+        f"back to the baseline in {timing['duration_s']:.0f}s (environment "
+        f"{timing['environment_ready_s']:.0f}s, rehearsal of {len(cells)} cells "
+        f"{timing['rehearsal_s']:.0f}s)"
+    )
+    if mismatches:
+        cell = _cell(
+            "rehearsal",
+            "fail",
+            f"{text}; the baseline does not reproduce itself: "
+            + "; ".join(mismatches[:5])
+            + (f" (+{len(mismatches) - 5} more)" if len(mismatches) > 5 else ""),
+            candidate=timing["duration_s"],
+            unit="s",
+        )
+    else:
+        cell = _cell(
+            "rehearsal",
+            "pass",
+            f"{text}; every cell reproduced its earlier result",
+            candidate=timing["duration_s"],
+            unit="s",
+        )
+    return cell, timing
