@@ -51,7 +51,8 @@ def apply_rules(policy: Policy, cells: list[dict[str, Any]]) -> list[dict[str, A
             decision = worst([r.decision for r in matched])
             gate["decision"] = decision
             if matched and decision != "adopt":
-                rule = max(matched, key=lambda r: decision_rank(r.decision))
+                # The most specific rule of the worst decision explains it best.
+                rule = max(matched, key=lambda r: (decision_rank(r.decision), r.gate is not None))
                 why = rule.reason or rule.decision
                 reason = f"{cell['cell_id']}: {gate['gate']} {gate['verdict']} — {why}"
                 row["reasons"].append((decision_rank(decision), reason))

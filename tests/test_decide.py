@@ -17,12 +17,27 @@ from tests.helpers import cli
 from tests.synthetic import ENV, Cell, make_run
 
 
-def _decide(tmp_path: Path, base: list[Cell], cand: list[Cell], *, profile: str = "research",
-            cand_env: dict[str, Any] | None = None, policy_file: Path | None = None,
-            cand_policy_sha: str | None = None, rounds: int = 3) -> dict[str, Any]:
+def _decide(
+    tmp_path: Path,
+    base: list[Cell],
+    cand: list[Cell],
+    *,
+    profile: str = "research",
+    cand_env: dict[str, Any] | None = None,
+    policy_file: Path | None = None,
+    cand_policy_sha: str | None = None,
+    rounds: int = 3,
+) -> dict[str, Any]:
     b = make_run(tmp_path / "b", base, run_id="20261130T100000Z-aaaaaa", rounds=rounds, seed=1)
-    c = make_run(tmp_path / "c", cand, run_id="20261130T100000Z-bbbbbb", rounds=rounds, seed=2,
-                 env=cand_env, policy_sha=cand_policy_sha)
+    c = make_run(
+        tmp_path / "c",
+        cand,
+        run_id="20261130T100000Z-bbbbbb",
+        rounds=rounds,
+        seed=2,
+        env=cand_env,
+        policy_sha=cand_policy_sha,
+    )
     return decide(Side.load(b), Side.load(c), load_policy(policy_file, profile))
 
 
@@ -35,8 +50,12 @@ def test_identical_sides_adopt(tmp_path: Path) -> None:
     d = _decide(tmp_path, [Cell()], [Cell()])
     assert d["decision"] == "adopt"
     assert {g["gate"]: g["verdict"] for g in d["cells"][0]["gates"]} == {
-        "status": "pass", "correctness": "pass", "latency_p50": "pass", "latency_p95": "pass",
-        "throughput": "pass", "peak_memory": "pass",
+        "status": "pass",
+        "correctness": "pass",
+        "latency_p50": "pass",
+        "latency_p95": "pass",
+        "throughput": "pass",
+        "peak_memory": "pass",
     }
     assert exit_code(d["decision"]) == 0
 
@@ -119,8 +138,11 @@ def test_correctness_uses_policy_tolerances(tmp_path: Path) -> None:
 
 def test_fixed_and_both_failing(tmp_path: Path) -> None:
     crash = Cell(status="crashed", failure_mode="signal", message="boom")
-    d = _decide(tmp_path, [crash, Cell(case="b", status="timeout", failure_mode="timeout")],
-                [Cell(), Cell(case="b", status="timeout", failure_mode="timeout")])
+    d = _decide(
+        tmp_path,
+        [crash, Cell(case="b", status="timeout", failure_mode="timeout")],
+        [Cell(), Cell(case="b", status="timeout", failure_mode="timeout")],
+    )
     assert _gate(d, "w.a@cpu", "status")["verdict"] == "fixed"
     both = _gate(d, "w.b@cpu", "status")
     assert both["verdict"] == "untested" and "fails on both pins" in both["message"]
@@ -142,11 +164,19 @@ def test_unsupported_on_both_and_untested(tmp_path: Path) -> None:
 def test_memory_growth_and_budget(tmp_path: Path) -> None:
     policy = tmp_path / "p.yaml"
     text = (Path(__file__).parent.parent / "suite" / "data" / "default-policy.yaml").read_text()
-    policy.write_text(text.replace("memory_budget: {severity: budget, budget_bytes: null}",
-                                   "memory_budget: {severity: budget, budget_bytes: 150000000}", 1))
-    d = _decide(tmp_path, [Cell(), Cell(case="b")],
-                [Cell(peak_bytes=160 * 2**20), Cell(case="b", peak_bytes=50 * 2**20)],
-                policy_file=policy)
+    policy.write_text(
+        text.replace(
+            "memory_budget: {severity: budget, budget_bytes: null}",
+            "memory_budget: {severity: budget, budget_bytes: 150000000}",
+            1,
+        )
+    )
+    d = _decide(
+        tmp_path,
+        [Cell(), Cell(case="b")],
+        [Cell(peak_bytes=160 * 2**20), Cell(case="b", peak_bytes=50 * 2**20)],
+        policy_file=policy,
+    )
     assert _gate(d, "w.a@cpu", "peak_memory")["verdict"] == "fail"
     assert _gate(d, "w.a@cpu", "memory_budget")["verdict"] == "fail"
     assert _gate(d, "w.b@cpu", "peak_memory")["verdict"] == "improved"
@@ -158,8 +188,10 @@ def test_not_comparable_names_the_difference(tmp_path: Path) -> None:
     env = copy.deepcopy(ENV)
     env["cpu"]["model"] = "Other CPU"
     d = _decide(tmp_path, [Cell()], [Cell()], cand_env=env)
-    assert d["comparable"] == {"ok": False, "differences": [
-        {"field": "cpu.model", "baseline": "Test CPU", "candidate": "Other CPU"}]}
+    assert d["comparable"] == {
+        "ok": False,
+        "differences": [{"field": "cpu.model", "baseline": "Test CPU", "candidate": "Other CPU"}],
+    }
     assert _gate(d, "w.a@cpu", "latency_p50")["verdict"] == "not-comparable"
     assert _gate(d, "w.a@cpu", "status")["verdict"] == "pass"
     assert any("cpu.model" in r for r in d["reasons"])
@@ -203,9 +235,14 @@ def test_different_matrices_refused(tmp_path: Path) -> None:
     ("policy_text", "path"),
     [
         ("version: 1\nprofiles: {}\n", "$.profiles"),
-        ("version: 1\nprofiles:\n  p: {fleet_backends: [tpu], gates: {}}\n", "$.profiles.p.fleet_backends[0]"),
-        ("version: 1\nrules: []\nprofiles:\n  p: {fleet_backends: [cpu], gates: {status: {severity: fatal}}}\n",
-         "$.profiles.p.gates.status.severity"),
+        (
+            "version: 1\nprofiles:\n  p: {fleet_backends: [tpu], gates: {}}\n",
+            "$.profiles.p.fleet_backends[0]",
+        ),
+        (
+            "version: 1\nrules: []\nprofiles:\n  p: {fleet_backends: [cpu], gates: {status: {severity: fatal}}}\n",
+            "$.profiles.p.gates.status.severity",
+        ),
     ],
 )
 def test_malformed_policy(tmp_path: Path, policy_text: str, path: str) -> None:
@@ -224,3 +261,18 @@ def test_unknown_profile_and_missing_side(tmp_path: Path) -> None:
     assert code == 2 and "$.profiles.nope" in err
     code, _, err = cli("compare", str(b), str(tmp_path / "missing"))
     assert code == 2 and f"{tmp_path / 'missing' / 'run.json'}" in err
+
+
+def test_failed_rollback_gate_defers(tmp_path: Path) -> None:
+    from suite.rollback_gate import _cell
+
+    b = make_run(tmp_path / "b", [Cell()], run_id="20261130T100000Z-aaaaaa")
+    c = make_run(tmp_path / "c", [Cell()], run_id="20261130T100000Z-bbbbbb")
+    bad = _cell("checkpoint.torch_save.candidate-to-baseline", "fail", "Missing key(s) in state_dict")
+    d = decide(Side.load(b), Side.load(c), load_policy(None, "research"), extra_cells=[bad],
+               rollback={"duration_s": 12.0, "environment_ready_s": 1.0, "rehearsal_s": 11.0,
+                         "checkpoints": {}})
+    assert d["decision"] == "defer"
+    row = next(r for r in d["rows"] if r["row_id"] == "rollback@any")
+    assert "adoption would be one-way" in row["reasons"][0]
+    assert d["rollback"]["duration_s"] == 12.0
