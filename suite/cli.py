@@ -453,3 +453,35 @@ def compare(
         out_file.parent.mkdir(parents=True, exist_ok=True)
         out_file.write_text(render(decision, fmt), encoding="utf-8")
     finish_decision(decision, fmt)
+
+
+@main.command(epilog=DECISION_EXIT_CODES)
+@click.argument("roots", nargs=-1, required=True, type=click.Path(path_type=Path))
+@policy_options
+@click.option("--note", "notes", multiple=True, help="A line to add to the reasons (repeatable).")
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    required=True,
+    help="Folder for decision.json, decision.md and junit.xml.",
+)
+@format_option
+@handles_errors
+def aggregate(
+    roots: Sequence[Path],
+    policy_file: Path | None,
+    policy_profile: str | None,
+    notes: Sequence[str],
+    out: Path,
+    fmt: str,
+) -> None:
+    """Join the results of many ab jobs (baseline/ beside candidate/) into one decision."""
+    from suite.aggregate import aggregate as join
+    from suite.aggregate import job_dirs
+    from suite.policy import load_policy
+
+    policy = load_policy(policy_file, policy_profile)
+    decision = join(job_dirs(roots), policy, notes=notes)
+    out.mkdir(parents=True, exist_ok=True)
+    write_reports(decision, out)
+    finish_decision(decision, fmt)

@@ -1,0 +1,74 @@
+"""One decision from the results of many CI jobs, judged by one policy.
+
+Each job ran `ab` for its share of the cells (baseline and candidate on the same runner). The
+aggregate judges every job's raw results again with the policy it is given — in CI the base
+branch's, so a pull request cannot loosen its own thresholds — and joins them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from suite.compare import Side, decide
+from suite.decide import apply_rules, overall
+from suite.errors import InputError
+from suite.policy import Policy
+from suite.results import utc_now
+from suite.validation import validate
+
+
+def job_dirs(roots: Sequence[Path]) -> list[Path]:
+    """Every folder below the roots that holds both baseline/run.json and candidate/run.json."""
+    found: list[Path] = []
+    for root in roots:
+        if not root.exists():
+            raise InputError("no such folder", file=str(root))
+        for run in sorted(root.rglob("baseline/run.json")):
+            job = run.parent.parent
+            if (job / "candidate" / "run.json").is_file() and job not in found:
+                found.append(job)
+    if not found:
+        raise InputError(
+            "holds no job results (baseline/run.json beside candidate/run.json)",
+            file=", ".join(map(str, roots)),
+        )
+    return found
+
+
+def aggregate(jobs: Sequence[Path], policy: Policy, *, notes: Sequence[str] = ()) -> dict[str, Any]:
+    decisions = [
+        decide(Side.load(j / "baseline"), Side.load(j / "candidate"), policy) for j in jobs
+    ]
+    cells = [cell for d in decisions for cell in d["cells"]]
+    rows = apply_rules(policy, cells)
+    decision, reasons = overall(rows)
+    differences = [diff for d in decisions for diff in d["comparable"]["differences"]]
+    mismatches = sorted({m for d in decisions for m in d["policy"]["mismatches"]})
+    reasons.extend(r for d in decisions for r in d["reasons"] if r.startswith("not comparable"))
+    reasons.extend(mismatches)
+    reasons.extend(notes)
+    first = decisions[0]
+    doc: dict[str, Any] = {
+        "kind": "torch-matrix/decision",
+        "schema_version": 1,
+        "decision": decision,
+        "reasons": reasons,
+        "generated_at": utc_now(),
+        "matrix": first["matrix"],
+        "policy": {**policy.evidence(), "mismatches": mismatches},
+        "baseline": {
+            **first["baseline"],
+            "run_id": ", ".join(d["baseline"]["run_id"] for d in decisions),
+        },
+        "candidate": {
+            **first["candidate"],
+            "run_id": ", ".join(d["candidate"]["run_id"] for d in decisions),
+        },
+        "comparable": {"ok": not differences, "differences": differences},
+        "rows": rows,
+        "cells": cells,
+    }
+    validate(doc, "torch-matrix/decision", file="<aggregate>")
+    return doc
