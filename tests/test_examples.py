@@ -19,7 +19,9 @@ def test_readme_shows_the_example_file() -> None:
 
 def test_sink_mask_example_runs(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    code, _, err = cli("run", "--workload", f"{EXAMPLE}:SinkMask", "--backend", "cpu", "--out", str(out))
+    code, _, err = cli(
+        "run", "--workload", f"{EXAMPLE}:SinkMask", "--backend", "cpu", "--out", str(out)
+    )
     assert code == 0, err
     doc = read_result(out / "cells" / "sink_mask.4.eager.fp32.s256@cpu.json")
     assert doc["status"] == "ok"

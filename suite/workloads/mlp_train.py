@@ -166,6 +166,7 @@ class MlpTrain(Workload):
         model.load_state_dict(initial)
         replay = trainer()
         result = torch.stack([replay(i) for i in range(dims["steps"])])
+        ctx.metric("initial_loss", float(result[0]))
         ctx.metric("loss_after_n_steps", float(result[-1]))
         ctx.metric("steps", dims["steps"])
 
