@@ -485,3 +485,13 @@ def aggregate(
     out.mkdir(parents=True, exist_ok=True)
     write_reports(decision, out)
     finish_decision(decision, fmt)
+
+
+def _register() -> None:
+    """Commands that live in their own modules, so this one stays readable."""
+    from suite.github.cli_comment import comment
+
+    main.add_command(comment)
+
+
+_register()

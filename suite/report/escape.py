@@ -72,7 +72,8 @@ def html_text(text: object, limit: int | None = MD_LIMIT) -> str:
     """Text for a raw HTML context such as <summary>, where Markdown escapes do not apply."""
     # One line matters here too: a blank line would end the HTML block and let the rest
     # of the text be parsed as Markdown.
-    return html.escape(unmention(one_line(text, limit)), quote=True)
+    # Backticks are inert in an HTML block, but there is no reason to pass them on at all.
+    return html.escape(unmention(one_line(text, limit)), quote=True).replace("`", "&#96;")
 
 
 def plain(text: object, limit: int | None = MD_LIMIT) -> str:

@@ -1,0 +1,8 @@
+"""GitHub integration: a small REST client and the sticky pull-request comment."""
+
+from __future__ import annotations
+
+from suite.github.client import GitHubClient, GitHubError
+from suite.github.comment import Outcome, comment_body, marker, upsert_comment
+
+__all__ = ["GitHubClient", "GitHubError", "Outcome", "comment_body", "marker", "upsert_comment"]

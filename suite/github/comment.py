@@ -1,0 +1,233 @@
+"""The sticky pull-request comment: markers, body size cap, and create-or-update on GitHub.
+
+One comment per matrix name and PR. It is found by a hidden marker on its first line and
+by its author, which must be the token's own account: a marker copied into someone else's
+comment is never edited or deleted. The second line stamps the run's start time so that a
+run that finishes late never replaces the report of a run that started after it.
+
+How the token's own account is found:
+  1. GET /user gives the login (personal access tokens, fine-grained tokens, app user tokens).
+  2. If that is refused with 403 (installation tokens, including Actions' GITHUB_TOKEN),
+     GET /app gives the slug, and the author is "<slug>[bot]".
+  3. If that is refused too (installation tokens may not call /app), any author whose
+     account type is "Bot" is accepted: a person cannot own a Bot account, so a marker in
+     a human's comment still never matches.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from suite.errors import InputError
+from suite.github.client import GitHubClient, GitHubError
+from suite.report.markdown import render_markdown
+from suite.report.table import Decision
+
+GITHUB_BODY_LIMIT = 65536
+DEFAULT_LIMIT = 65000
+# The marker lives inside an HTML comment: "-->" or "--" in a name could end it early.
+_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+_REPO = re.compile(r"([A-Za-z0-9_.-]{1,100})/([A-Za-z0-9_.-]{1,100})")
+_PR = re.compile(r"#?([1-9][0-9]{0,9})")
+_STAMP = re.compile(r"<!-- torch-matrix:run-started-at=(\S+) -->")
+
+Action = Literal["created", "updated", "unchanged", "skipped-newer"]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What upsert_comment did; comment_id and url name the comment that now shows the report."""
+
+    action: Action
+    comment_id: int
+    url: str
+    deleted: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Author:
+    """Whose comments count as ours: one login, or (login None) any Bot account."""
+
+    login: str | None
+
+    def owns(self, comment: dict[str, Any]) -> bool:
+        user = comment.get("user")
+        if not isinstance(user, dict):
+            return False  # a deleted account ("ghost") is nobody's
+        if self.login is None:
+            return user.get("type") == "Bot"
+        return str(user.get("login", "")).lower() == self.login.lower()
+
+
+def marker(name: str) -> str:
+    """The hidden first line that identifies this matrix's comment."""
+    safe = re.sub(r"-{2,}", "-", _NAME_UNSAFE.sub("-", name)).strip("-.")[:100]
+    return f"<!-- torch-matrix:sticky name={safe or 'default'} -->"
+
+
+def _parse_time(text: str) -> dt.datetime | None:
+    try:
+        # Python 3.10's fromisoformat does not read a trailing "Z".
+        when = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when.astimezone(dt.timezone.utc) if when.tzinfo else None
+
+
+def _required_time(text: str) -> dt.datetime:
+    when = _parse_time(text)
+    if when is None:
+        raise InputError(
+            f"run start time must be ISO 8601 with a time zone, e.g. 2026-11-30T10:00:00Z, "
+            f"got {text!r}",
+            path="run_started_at",
+        )
+    return when
+
+
+def normalize_time(text: str) -> str:
+    """An ISO 8601 time with a zone, as UTC with a Z; InputError for anything else."""
+    when = _required_time(text)
+    spec = "microseconds" if when.microsecond else "seconds"
+    return when.replace(tzinfo=None).isoformat(timespec=spec) + "Z"
+
+
+def stamp(run_started_at: str) -> str:
+    """The hidden second line that records when the posting run started."""
+    return f"<!-- torch-matrix:run-started-at={normalize_time(run_started_at)} -->"
+
+
+def header(name: str, run_started_at: str) -> str:
+    return f"{marker(name)}\n{stamp(run_started_at)}\n"
+
+
+def _lines(body: str) -> list[str]:
+    return body.replace("\r\n", "\n").split("\n")
+
+
+def with_header(body: str, *, name: str, run_started_at: str) -> str:
+    """body behind this matrix's marker and stamp, replacing a header it already has."""
+    lines = _lines(body)
+    if lines[0].startswith("<!-- torch-matrix:sticky "):
+        lines = lines[2:] if len(lines) > 1 and _STAMP.fullmatch(lines[1]) else lines[1:]
+    return header(name, run_started_at) + "\n".join(lines)
+
+
+def comment_body(
+    decision: Decision,
+    *,
+    name: str,
+    run_started_at: str,
+    full_report_url: str | None = None,
+    limit: int = DEFAULT_LIMIT,
+) -> str:
+    """The report with markers, at most limit characters (GitHub refuses over 65,536)."""
+    head = header(name, run_started_at)
+    room = limit - len(head)
+    if room <= 0:
+        raise ValueError(f"limit {limit} leaves no room for the report after the markers")
+    return head + render_markdown(decision, max_chars=room, full_report_url=full_report_url)
+
+
+def parse_repo(text: str, *, option: str = "repo") -> tuple[str, str]:
+    """OWNER/NAME split in two; strict, because both parts become URL path segments."""
+    match = _REPO.fullmatch(text.strip())
+    if not match or {match[1], match[2]} & {".", ".."}:
+        raise InputError(f"{option} must be OWNER/NAME, got {text!r}", path=option)
+    return match[1], match[2]
+
+
+def parse_pr(text: str | int, *, option: str = "pr") -> int:
+    match = _PR.fullmatch(str(text).strip())
+    if not match:
+        raise InputError(f"{option} must be a pull-request number, got {text!r}", path=option)
+    return int(match[1])
+
+
+def own_author(client: GitHubClient) -> Author:
+    """The token's own account, found as the module docstring describes."""
+    for path, key, suffix in (("/user", "login", ""), ("/app", "slug", "[bot]")):
+        try:
+            doc = client.get(path)
+        except GitHubError as exc:
+            # Only "this token may not ask that" moves on: bad credentials, or a rate limit
+            # that outlasted the retries, would fail every later call too. /app answers an
+            # installation token with 401, as it wants an app's own JWT.
+            refused = exc.status == 403 or (path == "/app" and exc.status in (401, 404))
+            if refused and not exc.rate_limited:
+                continue
+            raise
+        value = doc.get(key) if isinstance(doc, dict) else None
+        if isinstance(value, str) and value:
+            return Author(value + suffix)
+    return Author(None)
+
+
+def _started(comment: dict[str, Any]) -> dt.datetime | None:
+    lines = _lines(str(comment.get("body") or ""))
+    found = _STAMP.fullmatch(lines[1]) if len(lines) > 1 else None
+    return _parse_time(found[1]) if found else None
+
+
+def upsert_comment(
+    client: GitHubClient,
+    repo: str,
+    pr: int,
+    body: str,
+    *,
+    name: str,
+    run_started_at: str,
+    author: str | None = None,
+) -> Outcome:
+    """Create, update or leave this matrix's comment on the PR; collapse duplicates.
+
+    author skips the lookup of the token's own account when the caller already knows it.
+    """
+    owner, repo_name = parse_repo(repo)
+    number = parse_pr(pr)
+    ours_at = _required_time(run_started_at)
+    text = with_header(body, name=name, run_started_at=run_started_at)
+    if len(text) > GITHUB_BODY_LIMIT:
+        raise InputError(
+            f"comment body is {len(text)} characters; GitHub takes at most "
+            f"{GITHUB_BODY_LIMIT}: build it with comment_body(), which truncates",
+            path="body",
+        )
+    me = Author(author) if author else own_author(client)
+    base = f"/repos/{owner}/{repo_name}/issues"
+    first_line = marker(name)
+    mine = sorted(
+        (
+            c
+            for c in client.paginate(f"{base}/{number}/comments")
+            if _lines(str(c.get("body") or ""))[0] == first_line and me.owns(c)
+        ),
+        key=lambda c: int(c["id"]),
+    )
+    if not mine:
+        made = client.post(f"{base}/{number}/comments", {"body": text})
+        return Outcome("created", int(made["id"]), str(made["html_url"]))
+
+    stamped = [(when, c) for c in mine if (when := _started(c)) is not None]
+    newest = max(stamped, key=lambda pair: pair[0], default=None)
+    if newest is not None and newest[0] > ours_at:
+        # A later run owns the thread now: change nothing, not even its duplicates.
+        return Outcome("skipped-newer", int(newest[1]["id"]), str(newest[1]["html_url"]))
+
+    keep, extra = mine[0], mine[1:]
+    action: Action = "unchanged"
+    if "\n".join(_lines(str(keep.get("body") or ""))) != text:
+        client.patch(f"{base}/comments/{keep['id']}", {"body": text})
+        action = "updated"
+    deleted = []
+    for dupe in extra:
+        try:
+            client.delete(f"{base}/comments/{dupe['id']}")
+        except GitHubError as exc:
+            if exc.status != 404:  # another run deleted it first
+                raise
+        deleted.append(int(dupe["id"]))
+    return Outcome(action, int(keep["id"]), str(keep["html_url"]), tuple(deleted))
