@@ -489,9 +489,12 @@ def aggregate(
 
 def _register() -> None:
     """Commands that live in their own modules, so this one stays readable."""
+    from suite.cli_ci import pins_command, plan_command
     from suite.github.cli_comment import comment
 
     main.add_command(comment)
+    main.add_command(pins_command)
+    main.add_command(plan_command)
 
 
 _register()

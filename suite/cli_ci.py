@@ -1,0 +1,215 @@
+"""The CI commands: `pins` (did this change bump torch?) and `plan` (the job matrix).
+
+Registered by suite/cli.py. Like suite.github.cli_comment, this module turns its own
+SuiteErrors into exit codes and imports suite.cli only inside a command, because suite.cli
+imports this module to register the commands.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from suite.errors import EnvironmentProblem, InputError, SuiteError
+
+if TYPE_CHECKING:
+    from suite.pins import Bump
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+EXIT_CODES = """\b
+Exit codes:
+  0  done (for pins: whether or not torch changed; read the output)
+  2  invalid input: a ref, file, matrix or option (the message names it)
+  3  environment problem: git missing, GITHUB_OUTPUT not writable"""
+
+
+def _handles_errors(fn: F) -> F:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except SuiteError as exc:
+            click.echo(f"torch-matrix: error: {exc}", err=True)
+            sys.exit(exc.exit_code)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def write_github_output(values: Mapping[str, str]) -> None:
+    """Append step outputs to $GITHUB_OUTPUT, when set; a no-op outside GitHub Actions."""
+    target = os.environ.get("GITHUB_OUTPUT")
+    if not target:
+        return
+    text = ""
+    for key, value in values.items():
+        if "\n" in value or "\r" in value:
+            # A fresh delimiter each time, so that no value can end the block early.
+            delimiter = f"ghadelimiter_{uuid.uuid4().hex}"
+            text += f"{key}<<{delimiter}\n{value}\n{delimiter}\n"
+        else:
+            text += f"{key}={value}\n"
+    try:
+        with open(target, "a", encoding="utf-8") as fh:
+            fh.write(text)
+    except OSError as exc:
+        raise EnvironmentProblem(f"cannot append to GITHUB_OUTPUT ({target}): {exc}") from None
+
+
+def _read(path: Path, option: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read {option}: {exc}", file=str(path)) from None
+
+
+def pins_record(bump: Bump | None) -> dict[str, Any]:
+    """The JSON `pins --json` prints for a suite.pins.Bump, or for None (no change)."""
+    if bump is None:
+        return {"changed": False, "message": "no torch change"}
+    record: dict[str, Any] = {
+        "changed": True,
+        "baseline": bump.baseline,
+        "candidate": bump.candidate,
+        "files": list(bump.files),
+        "message": bump.message,
+    }
+    for role, pin in (("baseline", bump.baseline_pin), ("candidate", bump.candidate_pin)):
+        record[f"{role}_index_url"] = pin.index_url if pin else None
+        record[f"{role}_extra_index_urls"] = list(pin.extra_index_urls) if pin else []
+    return record
+
+
+@click.command("pins", epilog=EXIT_CODES)
+@click.option("--base", metavar="REF", help="Git ref of the baseline (e.g. origin/main).")
+@click.option("--head", metavar="REF", help="Git ref of the candidate (e.g. HEAD).")
+@click.option(
+    "--repo",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path("."),
+    show_default=True,
+    help="Git repository holding --base and --head.",
+)
+@click.option("--base-file", type=click.Path(path_type=Path), help="Baseline file, not a ref.")
+@click.option("--head-file", type=click.Path(path_type=Path), help="Candidate file, not a ref.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON record.")
+@_handles_errors
+def pins_command(
+    base: str | None,
+    head: str | None,
+    repo: Path,
+    base_file: Path | None,
+    head_file: Path | None,
+    as_json: bool,
+) -> None:
+    """Say whether a change moves the torch pin, and from what to what.
+
+    Reads requirements*.txt, constraints*.txt, *.in and pyproject.toml at two git refs, or two
+    single files (--base-file/--head-file, e.g. two versions of requirements.txt). With
+    GITHUB_OUTPUT set, also writes the step outputs changed, baseline, candidate, files,
+    message and the index URLs.
+    """
+    from suite.pins import compare_pins, detect_bump, files_at_ref, pins_in_file
+
+    if base and head and not (base_file or head_file):
+        bump = detect_bump(
+            files_at_ref(repo, base),
+            files_at_ref(repo, head),
+            base_label=f"base ({base})",
+            head_label=f"head ({head})",
+        )
+    elif base_file and head_file and not (base or head):
+        # Single files may have any name; only a .toml one is read as pyproject.toml.
+        kind = "pyproject" if head_file.suffix == ".toml" else "requirements"
+        old = pins_in_file(str(base_file), _read(base_file, "--base-file"), kind=kind)
+        new = pins_in_file(str(head_file), _read(head_file, "--head-file"), kind=kind)
+        bump = compare_pins(
+            old, new, base_label=f"--base-file {base_file}", head_label=f"--head-file {head_file}"
+        )
+    else:
+        raise InputError(
+            "give --base and --head (git refs), or --base-file and --head-file",
+            path="--base" if base or head else "--base-file",
+        )
+    record = pins_record(bump)
+    outputs = {k: _output_value(v) for k, v in record.items()}
+    write_github_output(outputs)
+    click.echo(json.dumps(record) if as_json else record["message"])
+
+
+def _output_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return " ".join(map(str, value))
+    return "" if value is None else str(value)
+
+
+@click.command("plan", epilog=EXIT_CODES)
+@click.option(
+    "--matrix",
+    "matrix_file",
+    type=click.Path(path_type=Path),
+    help="Matrix file (YAML or JSON). Default: the built-in matrix.",
+)
+@click.option(
+    "--workload",
+    "workloads",
+    multiple=True,
+    metavar="NAME|module:object",
+    help="Plan only these workloads (repeatable).",
+)
+@click.option(
+    "--backend",
+    "backends",
+    multiple=True,
+    type=click.Choice(["cpu", "cuda", "rocm", "mps"]),
+    help="Plan only these backends (repeatable).",
+)
+@click.option(
+    "--size", type=click.Choice(["smoke", "full"]), help="Problem sizes (default: the matrix's)."
+)
+@click.option(
+    "--max-jobs",
+    type=click.IntRange(1, 256),
+    default=256,
+    show_default=True,
+    help="Most jobs in the matrix (GitHub allows 256).",
+)
+@click.option(
+    "--cells-per-job",
+    type=click.IntRange(min=1),
+    help="Most cells in one job (default: as many jobs as --max-jobs allows).",
+)
+@_handles_errors
+def plan_command(
+    matrix_file: Path | None,
+    workloads: Sequence[str],
+    backends: Sequence[str],
+    size: str | None,
+    max_jobs: int,
+    cells_per_job: int | None,
+) -> None:
+    """Print the GitHub Actions strategy.matrix for a matrix, as one line of JSON.
+
+    Each entry is a job: job, backend, runs-on (from the matrix's runners, or defaults),
+    cells (space-separated cell ids, for `ab --cell`) and cell_count. With GITHUB_OUTPUT set,
+    also writes the step output matrix.
+    """
+    from suite.cli import plan as select_cells
+    from suite.plan import plan
+
+    matrix, cells, _ = select_cells(matrix_file, workloads, backends, (), size)
+    strategy = plan(matrix, cells, max_jobs=max_jobs, cells_per_job=cells_per_job)
+    line = json.dumps(strategy, separators=(",", ":"))
+    write_github_output({"matrix": line})
+    click.echo(f"{len(cells)} cells in {len(strategy['include'])} jobs", err=True)
+    click.echo(line)

