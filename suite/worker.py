@@ -258,7 +258,7 @@ OUTPUT_CAP_ELEMENTS = 1 << 20
 def _tensor_bytes(tensor: torch.Tensor) -> bytes:
     import torch
 
-    raw = tensor.contiguous().view(torch.uint8)
+    raw = tensor.contiguous().reshape(-1).view(torch.uint8)  # 0-d tensors cannot be viewed
     try:
         return bytes(raw.numpy().tobytes())
     except RuntimeError:  # a torch without numpy beside it
@@ -431,13 +431,18 @@ def run_cell(
         "timer_overhead_s": timer_overhead_s(repeats=2000),
     }
     if ctx is not None:
-        if ctx.outputs and round_no == 0:  # one copy per side is enough to measure drift
-            stem = result_path.name.removesuffix(".json")
-            saved = save_outputs(ctx, result_path.parent.parent / "tensors" / f"{stem}.pt")
-            saved["file"] = os.path.relpath(saved["file"], result_path.parent.parent)
-            doc["outputs"] = saved
-        if trace is not None and doc["status"] in ("ok", "failed"):
-            write_trace(ctx, trace)
+        # Keeping outputs and traces is evidence on top of the measurement: if it breaks, the
+        # record says so and keeps the measurement.
+        try:
+            if ctx.outputs and round_no == 0:  # one copy per side is enough to measure drift
+                stem = result_path.name.removesuffix(".json")
+                saved = save_outputs(ctx, result_path.parent.parent / "tensors" / f"{stem}.pt")
+                saved["file"] = os.path.relpath(saved["file"], result_path.parent.parent)
+                doc["outputs"] = saved
+            if trace is not None and doc["status"] in ("ok", "failed"):
+                write_trace(ctx, trace)
+        except Exception as exc:  # the evidence is extra; the measurement stands
+            doc["warnings"].append(f"keeping outputs or trace failed: {type(exc).__name__}: {exc}")
         ctx.cleanup()
     if _gather_ranks(doc, ctx, result_path):
         write_result(result_path, doc)
