@@ -16,7 +16,7 @@ from suite.decide import apply_rules, overall
 from suite.errors import InputError
 from suite.policy import Policy
 from suite.results import utc_now
-from suite.validation import validate
+from suite.validation import load_document, validate
 
 
 def job_dirs(roots: Sequence[Path]) -> list[Path]:
@@ -37,10 +37,29 @@ def job_dirs(roots: Sequence[Path]) -> list[Path]:
     return found
 
 
+def _rollback_checks(job: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """The job's rollback cells: they come from its ab run, not from cell results."""
+    path = job / "decision.json"
+    if not path.is_file():
+        return [], None
+    doc = load_document(path)
+    validate(doc, "torch-matrix/decision", file=str(path))
+    return [c for c in doc["cells"] if c["workload"] == "rollback"], doc.get("rollback")
+
+
 def aggregate(jobs: Sequence[Path], policy: Policy, *, notes: Sequence[str] = ()) -> dict[str, Any]:
-    decisions = [
-        decide(Side.load(j / "baseline"), Side.load(j / "candidate"), policy) for j in jobs
-    ]
+    decisions = []
+    rollbacks: dict[str, Any] = {}
+    for job in jobs:
+        checks, rollback = _rollback_checks(job)
+        name = job.name.removeprefix("torch-matrix-job-")
+        for cell in checks:  # one row per job: the runners differ
+            cell["cell_id"] = cell["cell_id"].replace("@any", f"@{name}")
+            cell["row_id"] = f"rollback@{name}"
+        if rollback is not None:
+            rollbacks[name] = rollback
+        base, cand = Side.load(job / "baseline"), Side.load(job / "candidate")
+        decisions.append(decide(base, cand, policy, extra_cells=checks))
     cells = [cell for d in decisions for cell in d["cells"]]
     rows = apply_rules(policy, cells)
     decision, reasons = overall(rows)
@@ -70,5 +89,8 @@ def aggregate(jobs: Sequence[Path], policy: Policy, *, notes: Sequence[str] = ()
         "rows": rows,
         "cells": cells,
     }
+    if rollbacks:
+        worst = max(rollbacks.values(), key=lambda r: r.get("duration_s", 0.0))
+        doc["rollback"] = {**worst, "jobs": rollbacks}
     validate(doc, "torch-matrix/decision", file="<aggregate>")
     return doc
