@@ -342,8 +342,8 @@ def finish_decision(decision: dict[str, Any], fmt: str) -> None:
     default="current",
     show_default=True,
     metavar="SIDE",
-    help="torch==X.Y.Z (a cached venv is made), a path to a Python with torch, or "
-    "'current' (this interpreter).",
+    help="torch==X.Y.Z (a cached venv is made), a path to a Python with torch, "
+    "docker:IMAGE (each worker in a container of a local image), or 'current' (this interpreter).",
 )
 @click.option("--candidate", required=True, metavar="SIDE", help="Same forms as --baseline.")
 @matrix_options
@@ -490,8 +490,10 @@ def aggregate(
 def _register() -> None:
     """Commands that live in their own modules, so this one stays readable."""
     from suite.cli_ci import pins_command, plan_command
+    from suite.cli_repro import repro
     from suite.github.cli_comment import comment
 
+    main.add_command(repro)
     main.add_command(comment)
     main.add_command(pins_command)
     main.add_command(plan_command)

@@ -112,6 +112,14 @@ def _check_same_matrix(base: Side, cand: Side) -> None:
         )
 
 
+def docker_repro_line(
+    run_dir: Path, run: dict[str, Any], record: dict[str, Any] | None, cell_id: str
+) -> str | None:
+    from suite.repro import docker_repro_line as line  # repro imports this module
+
+    return line(run_dir, run, record, cell_id)
+
+
 def decide(
     base: Side,
     cand: Side,
@@ -149,7 +157,10 @@ def decide(
                 "baseline_status": b[0]["status"] if b else None,
                 "candidate_status": c[0]["status"] if c else None,
                 "gates": gates,
-                "repro": {"command": repro_command(cand, cell_id), "docker": None}
+                "repro": {
+                    "command": repro_command(cand, cell_id),
+                    "docker": docker_repro_line(cand.dir, cand.run, c[0] if c else None, cell_id),
+                }
                 if failing
                 else None,
                 "artifacts": (artifacts or {}).get(cell_id, {}),

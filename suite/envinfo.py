@@ -100,10 +100,11 @@ def torch_info() -> dict[str, Any]:
 def environment() -> dict[str, Any]:
     """Build the record in the interpreter that runs the cells (imports torch)."""
     image = None
-    if os.environ.get(IMAGE_REF_VAR) or os.environ.get(IMAGE_DIGEST_VAR):
+    if os.environ.get(IMAGE_REF_VAR) or os.environ.get(IMAGE_DIGEST_VAR):  # set by the container
         image = {
             "reference": os.environ.get(IMAGE_REF_VAR),
             "digest": os.environ.get(IMAGE_DIGEST_VAR),
+            "base": os.environ.get("TORCH_MATRIX_IMAGE_BASE"),
         }
     return {
         "kind": "torch-matrix/environment",

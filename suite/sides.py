@@ -46,6 +46,8 @@ def parse(spec: str, role: str) -> str:
     """Classify a side spec; raise InputError naming the option when it is neither form."""
     if spec == "current":
         return "current"
+    if spec.startswith("docker:"):
+        return "docker"
     if _REQUIREMENT.match(spec) or spec.startswith(("torch==", "torch @")):
         return "requirement"
     if os.sep in spec or spec.startswith("python"):
@@ -122,5 +124,9 @@ def prepare(spec: str, role: str, *, log: Path | None = None) -> Side:
         if not Path(path).is_file():
             raise InputError(f"interpreter {spec!r} does not exist", path=f"--{role}")
         return Side(spec, Path(path).parent.parent.name or spec, path, 0.0, kind)
+    if kind == "docker":
+        from suite.docker_side import prepare_docker
+
+        return prepare_docker(spec, role)
     interpreter, took = venv_for(spec, log=log)
     return Side(spec, spec, str(interpreter), took, kind)
