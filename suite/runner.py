@@ -209,8 +209,12 @@ def _record_for_outcome(
         status, mode, message = "crashed", "no-result", "worker exited 0 but wrote no valid result"
     if spec.ranks > 1:
         died = _torchrun_deaths(read_tail(log, 20000))
-        parts = _rank_failures(path_of_result)
-        message = "; ".join(m for m in (message, died, parts) if m)
+        parts, raised = _rank_failures(path_of_result)
+        # A rank killed by a signal is the cause; the others' errors are its echo.
+        if raised in _PART_MODES and not outcome.timed_out and "(SIG" not in died:
+            status, mode, message = raised, _PART_MODES[raised], parts
+        else:
+            message = "; ".join(m for m in (message, died, parts) if m)
     return failure_result(
         spec,
         run_id,
@@ -242,11 +246,22 @@ def _torchrun_deaths(log_text: str) -> str:
     return "; ".join(dict.fromkeys(deaths))
 
 
-def _rank_failures(result: Path) -> str:
-    """What the ranks of a distributed cell said before it died (their part files)."""
+# A rank that raised says why in its part file; its status becomes the cell's.
+_PART_MODES = {
+    "failed": "exception",
+    "unsupported": "unsupported",
+    "oom": "oom",
+    "skipped": "unavailable",
+}
+
+
+def _rank_failures(result: Path) -> tuple[str, str | None]:
+    """What the ranks of a distributed cell said before it ended (their part files), and the
+    status the first rank that raised reported."""
     import json
 
     said = []
+    status = None
     for part in sorted(result.parent.glob(f".{result.name}.rank*.json")):
         try:
             data = json.loads(part.read_text("utf-8"))
@@ -256,7 +271,8 @@ def _rank_failures(result: Path) -> str:
             part.unlink(missing_ok=True)
         if data.get("status") != "ok":
             said.append(f"rank {data.get('rank')} {data.get('status')}: {data.get('failure')}")
-    return "; ".join(said)
+            status = status or data.get("status")
+    return "; ".join(said), status
 
 
 def default_memory_limit() -> int | None:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from suite import accuracy, stats
 from suite.backends import Backend, MemoryTracker, get, mps_fallback_enabled
-from suite.measure import BUDGETS, Timing, run_timed, timer_overhead_s
+from suite.measure import BUDGETS, Budget, Timing, run_timed, timer_overhead_s
 from suite.results import atomic_write_json, base_result, utc_now, write_result
 from suite.spec import CellSpec
 from suite.workloads.base import CellContext, ParamValue, Skip, Unsupported
@@ -85,10 +85,16 @@ class WorkerContext(CellContext):
         if self.timing is not None:
             raise RuntimeError("ctx.measure() may be called once per cell")
         self.tracker = self.backend.memory_tracker()
+        budget = BUDGETS[self.profile]
+        if self.world_size > 1:
+            # Ranks must stop sampling together: a time limit read on each rank's own clock
+            # would let one rank start a collective that the others never join.
+            count = budget.min_iters
+            budget = Budget(budget.warmup_iters, count, count, 0.0, float("inf"))
         self.timing = run_timed(
             fn,
             self.backend.sync,
-            BUDGETS[self.profile],
+            budget,
             compiled=compiled,
             on_steady_start=self.tracker.start,
             on_steady_end=self.tracker.stop,
@@ -166,7 +172,8 @@ def _init_distributed(backend: Backend) -> None:
 
     import torch.distributed as dist
 
-    name = "gloo" if backend.device_type == "cpu" else "nccl"  # nccl is rccl on ROCm builds
+    # nccl is rccl on ROCm builds (device type "cuda" there too); gloo everywhere else.
+    name = "nccl" if backend.device_type == "cuda" else "gloo"
     dist.init_process_group(name, timeout=datetime.timedelta(seconds=300))
 
 
@@ -180,6 +187,13 @@ def _rank_part(doc: dict[str, Any], ctx: WorkerContext | None, rank: int) -> dic
         "peak_bytes": (doc.get("memory") or {}).get("peak_bytes"),
         "metrics": ctx.rank_metrics if ctx is not None else {},
     }
+
+
+def _fail_rank(doc: dict[str, Any], ctx: WorkerContext | None, result_path: Path) -> None:
+    rank = _rank_env()[0]
+    atomic_write_json(rank_part_path(result_path, rank), _rank_part(doc, ctx, rank))
+    sys.stderr.flush()
+    os._exit(1)
 
 
 def _gather_ranks(doc: dict[str, Any], ctx: WorkerContext | None, result_path: Path) -> bool:
@@ -404,6 +418,10 @@ def run_cell(
             "exit_code": None,
             "stderr_tail": "".join(traceback.format_exception(exc))[-4000:],
         }
+        if _rank_env()[1] > 1:
+            # The other ranks may wait in a collective this rank will never join: leave now,
+            # and torchrun stops them. The parent reads this part for the record.
+            _fail_rank(doc, ctx, result_path)
     workload_s = time.perf_counter() - t_workload
     if ctx is not None:
         _fill_measurements(doc, ctx)
@@ -434,7 +452,7 @@ def run_cell(
         # Keeping outputs and traces is evidence on top of the measurement: if it breaks, the
         # record says so and keeps the measurement.
         try:
-            if ctx.outputs and round_no == 0:  # one copy per side is enough to measure drift
+            if ctx.outputs and round_no == 0 and ctx.rank == 0:  # one copy per side is enough
                 stem = result_path.name.removesuffix(".json")
                 saved = save_outputs(ctx, result_path.parent.parent / "tensors" / f"{stem}.pt")
                 saved["file"] = os.path.relpath(saved["file"], result_path.parent.parent)

@@ -23,6 +23,7 @@ def dist_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path]:
         f"  - workload: '{PLANTED}:RankCrash'\n"
         f"  - workload: '{PLANTED}:RankHang'\n    timeout: 15\n"
         f"  - workload: '{PLANTED}:AllReduce'\n"
+        f"  - workload: '{PLANTED}:RankRaises'\n    timeout: 120\n"
     )
     code, _, _ = cli("run", "--matrix", str(matrix), "--out", str(out))
     return code, out
@@ -51,3 +52,11 @@ def test_rank_hang_recorded_as_timeout(dist_run: tuple[int, Path]) -> None:
     doc = read_result(dist_run[1] / "cells" / "rank_hang@cpu.json")
     assert doc["status"] == "timeout"
     assert "15s" in doc["failure"]["message"]
+
+
+def test_rank_exception_ends_the_cell_quickly(dist_run: tuple[int, Path]) -> None:
+    doc = read_result(dist_run[1] / "cells" / "rank_raises@cpu.json")
+    assert doc["status"] == "failed"
+    assert doc["failure"]["mode"] == "exception"
+    assert "rank 1 failed: planted: rank 1 gives up" in doc["failure"]["message"]
+    assert doc["wall_s"] < 60  # not the 300 s process-group timeout

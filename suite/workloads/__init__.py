@@ -38,6 +38,9 @@ BUILTINS: dict[str, str] = {
     "compile": "suite.workloads.compile:Compile",
     "export": "suite.workloads.export:Export",
     "determinism": "suite.workloads.determinism:Determinism",
+    "collectives": "suite.workloads.collectives:Collectives",
+    "fsdp2": "suite.workloads.fsdp2:Fsdp2",
+    "checkpoint": "suite.workloads.checkpoint:Checkpoint",
 }
 
 

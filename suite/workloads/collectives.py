@@ -8,7 +8,8 @@ collective plus a device sync; the cell's number is the slowest rank's p50, as a
 done only when its last rank is. ``busbw_GBps`` uses the nccl-tests factors.
 
 Inputs are closed-form values (small multiples of 1/256 plus rank+1), so every sum is exact in
-fp32 and the result must equal the closed form whatever the reduction order.
+fp32 and the result must equal the closed form whatever the reduction order. Rank 0 checks
+every rank's result (sent to it point to point), one check per rank.
 
 Ranks: 2 in smoke; full uses $TORCH_MATRIX_WORLD_SIZE (default 8), since planning cannot import
 torch to count devices. Also home of ``measure_in_lockstep``, which the other distributed

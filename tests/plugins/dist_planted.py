@@ -55,3 +55,16 @@ class RankHang(TwoRanks):
         import torch.distributed as dist
 
         dist.barrier()
+
+
+class RankRaises(TwoRanks):
+    """Rank 1 raises while rank 0 waits in a collective it will never finish."""
+
+    name = "rank_raises"
+
+    def run(self, ctx: CellContext) -> None:
+        import torch.distributed as dist
+
+        if ctx.rank == 1:
+            raise ValueError("planted: rank 1 gives up")
+        dist.barrier()
