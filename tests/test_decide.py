@@ -268,10 +268,21 @@ def test_failed_rollback_gate_defers(tmp_path: Path) -> None:
 
     b = make_run(tmp_path / "b", [Cell()], run_id="20261130T100000Z-aaaaaa")
     c = make_run(tmp_path / "c", [Cell()], run_id="20261130T100000Z-bbbbbb")
-    bad = _cell("checkpoint.torch_save.candidate-to-baseline", "fail", "Missing key(s) in state_dict")
-    d = decide(Side.load(b), Side.load(c), load_policy(None, "research"), extra_cells=[bad],
-               rollback={"duration_s": 12.0, "environment_ready_s": 1.0, "rehearsal_s": 11.0,
-                         "checkpoints": {}})
+    bad = _cell(
+        "checkpoint.torch_save.candidate-to-baseline", "fail", "Missing key(s) in state_dict"
+    )
+    d = decide(
+        Side.load(b),
+        Side.load(c),
+        load_policy(None, "research"),
+        extra_cells=[bad],
+        rollback={
+            "duration_s": 12.0,
+            "environment_ready_s": 1.0,
+            "rehearsal_s": 11.0,
+            "checkpoints": {},
+        },
+    )
     assert d["decision"] == "defer"
     row = next(r for r in d["rows"] if r["row_id"] == "rollback@any")
     assert "adoption would be one-way" in row["reasons"][0]
