@@ -36,7 +36,8 @@ def _effective_status(record: Record) -> str:
     return str(record["status"])
 
 
-def _gate(gate: Gate, verdict: str, message: str, **numbers: Any) -> dict[str, Any]:
+def gate_result(gate: Gate, verdict: str, message: str, **numbers: Any) -> dict[str, Any]:
+    """One gate's verdict as the decision record holds it (numbers default to None)."""
     out: dict[str, Any] = {
         "gate": gate.name,
         "verdict": verdict,
@@ -59,19 +60,21 @@ def status_gate(gate: Gate, base: str | None, cand: str | None, cand_msg: str) -
     numbers = {"baseline": base, "candidate": cand}
     if base is None or cand is None:
         side = "baseline" if base is None else "candidate"
-        return _gate(gate, "untested", f"no result on the {side} side", **numbers)
+        return gate_result(gate, "untested", f"no result on the {side} side", **numbers)
     if "skipped" in (base, cand):
-        return _gate(gate, "untested", f"skipped (baseline {base}, candidate {cand})", **numbers)
+        return gate_result(
+            gate, "untested", f"skipped (baseline {base}, candidate {cand})", **numbers
+        )
     if base == "unsupported" and cand == "unsupported":
-        return _gate(gate, "unsupported", f"unsupported on both pins: {cand_msg}", **numbers)
+        return gate_result(gate, "unsupported", f"unsupported on both pins: {cand_msg}", **numbers)
     if base == "ok" and cand == "ok":
-        return _gate(gate, "pass", "ran on both pins", **numbers)
+        return gate_result(gate, "pass", "ran on both pins", **numbers)
     if base == "ok":
-        return _gate(gate, "new-failure", f"candidate {cand}: {cand_msg}", **numbers)
+        return gate_result(gate, "new-failure", f"candidate {cand}: {cand_msg}", **numbers)
     if cand == "ok":
         verdict = "improved" if base == "unsupported" else "fixed"
-        return _gate(gate, verdict, f"baseline {base}, candidate runs", **numbers)
-    return _gate(
+        return gate_result(gate, verdict, f"baseline {base}, candidate runs", **numbers)
+    return gate_result(
         gate,
         "untested",
         f"fails on both pins (baseline {base}, candidate {cand}): {cand_msg}",
@@ -105,17 +108,17 @@ def correctness_gate(
         verdict = (
             status["verdict"] if status["verdict"] in ("untested", "unsupported") else "untested"
         )
-        return _gate(gate, verdict, "no accuracy result to judge: " + status["message"])
+        return gate_result(gate, verdict, "no accuracy result to judge: " + status["message"])
     cand_checks, base_checks = _checks(cand), _checks(base)
     if not cand_checks and not base_checks:
         return None  # the workload checks no accuracy (e.g. determinism): nothing to judge
     if not cand_checks:
-        return _gate(gate, "untested", "the baseline checked accuracy, the candidate did not")
+        return gate_result(gate, "untested", "the baseline checked accuracy, the candidate did not")
     cand_ok, worst = _judge_checks(cand_checks, gate)
     base_ok, _ = _judge_checks(base_checks, gate) if base_checks else (True, None)
     if not cand_ok and worst is not None:
         bound = worst["k"] * worst["rmse_reference"] + worst["tol"]
-        return _gate(
+        return gate_result(
             gate,
             "fail",
             f"{worst.get('label', 'output')}: RMSE vs fp64 {worst['rmse_result']:.3g} > "
@@ -125,10 +128,12 @@ def correctness_gate(
             threshold=bound,
         )
     if not base_ok:
-        return _gate(gate, "fixed", "the baseline failed its accuracy check; the candidate passes")
+        return gate_result(
+            gate, "fixed", "the baseline failed its accuracy check; the candidate passes"
+        )
     worst_cand = max(cand_checks, key=lambda c: c["rmse_result"])
     worst_base = next((c for c in base_checks if c.get("label") == worst_cand.get("label")), None)
-    return _gate(
+    return gate_result(
         gate,
         "pass",
         f"{len(cand_checks)} accuracy checks pass",
@@ -158,9 +163,11 @@ def timing_gate(
 ) -> dict[str, Any]:
     bt, ct = _timings(base), _timings(cand)
     if not bt or not ct:
-        return _gate(gate, "untested", "no steady-state timing on both sides")
+        return gate_result(gate, "untested", "no steady-state timing on both sides")
     if not comparable:
-        return _gate(gate, "not-comparable", "the two sides ran on different machines or images")
+        return gate_result(
+            gate, "not-comparable", "the two sides ran on different machines or images"
+        )
     noise = max(_noisy(base), _noisy(cand))
     b_rounds = [t["summary"][stat] for t in bt]
     c_rounds = [t["summary"][stat] for t in ct]
@@ -176,7 +183,7 @@ def timing_gate(
         "candidate": statistics.median(c_rounds),
     }
     if noise > NOISY_RELATIVE_IQR:
-        return _gate(
+        return gate_result(
             gate,
             "inconclusive",
             f"too noisy to decide: relative IQR {noise:.1%} > {NOISY_RELATIVE_IQR:.0%}",
@@ -195,7 +202,7 @@ def timing_gate(
         noise_floor=paired.noise_floor(b_rounds) if len(b_rounds) > 1 else None,
         resamples=policy.resamples,
     )
-    return _gate(
+    return gate_result(
         gate,
         change.verdict,
         change.message,
@@ -219,9 +226,11 @@ def memory_gate(
 ) -> dict[str, Any]:
     bp, cp = _peaks(base), _peaks(cand)
     if not bp or not cp:
-        return _gate(gate, "untested", "no peak-memory reading on both sides")
+        return gate_result(gate, "untested", "no peak-memory reading on both sides")
     if not comparable:
-        return _gate(gate, "not-comparable", "the two sides ran on different machines or images")
+        return gate_result(
+            gate, "not-comparable", "the two sides ran on different machines or images"
+        )
     b, c = int(statistics.median(bp)), int(statistics.median(cp))
     numbers = {"unit": "B", "baseline": b, "candidate": c, "change": (c / b - 1) if b > 0 else None}
     growth = c - b
@@ -229,12 +238,16 @@ def memory_gate(
     assert gate.threshold is not None
     text = f"peak {b / 2**20:.1f} MiB -> {c / 2**20:.1f} MiB"
     if abs(growth) <= gate.min_bytes:
-        return _gate(gate, "pass", f"{text}: within {gate.min_bytes / 2**20:.1f} MiB", **numbers)
+        return gate_result(
+            gate, "pass", f"{text}: within {gate.min_bytes / 2**20:.1f} MiB", **numbers
+        )
     if rel > gate.threshold:
-        return _gate(gate, "fail", f"{text} ({rel:+.1%} > {gate.threshold:.0%})", **numbers)
+        return gate_result(gate, "fail", f"{text} ({rel:+.1%} > {gate.threshold:.0%})", **numbers)
     if rel < -gate.threshold:
-        return _gate(gate, "improved", f"{text} ({rel:+.1%})", **numbers)
-    return _gate(gate, "pass", f"{text} ({rel:+.1%}, threshold {gate.threshold:.0%})", **numbers)
+        return gate_result(gate, "improved", f"{text} ({rel:+.1%})", **numbers)
+    return gate_result(
+        gate, "pass", f"{text} ({rel:+.1%}, threshold {gate.threshold:.0%})", **numbers
+    )
 
 
 def budget_gate(gate: Gate, cand: Sequence[Record]) -> dict[str, Any] | None:
@@ -242,10 +255,10 @@ def budget_gate(gate: Gate, cand: Sequence[Record]) -> dict[str, Any] | None:
         return None
     cp = _peaks(cand)
     if not cp:
-        return _gate(gate, "untested", "no peak-memory reading on the candidate")
+        return gate_result(gate, "untested", "no peak-memory reading on the candidate")
     peak = max(cp)
     verdict = "fail" if peak > gate.budget_bytes else "pass"
-    return _gate(
+    return gate_result(
         gate,
         verdict,
         f"peak {peak / 2**20:.1f} MiB vs budget {gate.budget_bytes / 2**20:.1f} MiB",

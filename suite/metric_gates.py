@@ -11,20 +11,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from suite.gates import gate_result
 from suite.policy import Gate
 
 Record = dict[str, Any]
 GateFn = Callable[[Gate, Sequence[Record], Sequence[Record]], dict[str, Any] | None]
-
-
-def _result(gate: Gate, verdict: str, message: str, **numbers: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "gate": gate.name, "verdict": verdict, "severity": gate.severity, "required": gate.required,
-        "message": message, "unit": None, "baseline": None, "candidate": None, "change": None,
-        "ci": None, "p_value": None, "threshold": gate.threshold,
-    }  # fmt: skip
-    out.update(numbers)
-    return out
 
 
 def _metric(records: Sequence[Record], name: str) -> Any:
@@ -44,7 +35,7 @@ def _both(
         return None
     if b is None or c is None:
         side = "baseline" if b is None else "candidate"
-        return _result(gate, "untested", f"no {name} on the {side} side")
+        return gate_result(gate, "untested", f"no {name} on the {side} side")
     return b, c
 
 
@@ -63,10 +54,10 @@ def compile_time(
     )
     threshold = gate.threshold if gate.threshold is not None else 0.0
     if change > threshold:
-        return _result(gate, "fail", f"{text} > threshold {threshold:.0%}", **numbers)
+        return gate_result(gate, "fail", f"{text} > threshold {threshold:.0%}", **numbers)
     if change < -threshold:
-        return _result(gate, "improved", text, **numbers)
-    return _result(gate, "pass", text, **numbers)
+        return gate_result(gate, "improved", text, **numbers)
+    return gate_result(gate, "pass", text, **numbers)
 
 
 def _counts(name: str, reasons: str) -> GateFn:
@@ -85,10 +76,10 @@ def _counts(name: str, reasons: str) -> GateFn:
                 if r and r not in str(_metric(base, reasons) or "")
             ]
             why = f"; new: {'; '.join(new)[:600]}" if new else ""
-            return _result(gate, "fail", f"{name} grew {b} -> {c}{why}", **numbers)
+            return gate_result(gate, "fail", f"{name} grew {b} -> {c}{why}", **numbers)
         if c < b:
-            return _result(gate, "improved", f"{name} fell {b} -> {c}", **numbers)
-        return _result(gate, "pass", f"{name} unchanged at {c}", **numbers)
+            return gate_result(gate, "improved", f"{name} fell {b} -> {c}", **numbers)
+        return gate_result(gate, "pass", f"{name} unchanged at {c}", **numbers)
 
     return gate_fn
 
@@ -101,24 +92,24 @@ def export(gate: Gate, base: Sequence[Record], cand: Sequence[Record]) -> dict[s
     if gate.paths and path not in gate.paths:
         return None
     if not cand:
-        return _result(gate, "untested", f"export path {path}: no candidate result")
+        return gate_result(gate, "untested", f"export path {path}: no candidate result")
     status = cand[0]["status"]
     b_status = base[0]["status"] if base else None
     message = (cand[0].get("failure") or {}).get("message", "")
     if status == "ok":
         err = _metric(cand, "max_abs_error")
-        return _result(
+        return gate_result(
             gate,
             "pass" if b_status == "ok" else "fixed",
             f"export path {path} runs (max abs error {err})",
             candidate=err,
         )
     if status == "skipped":
-        return _result(gate, "untested", f"export path {path} skipped: {message}")
+        return gate_result(gate, "untested", f"export path {path} skipped: {message}")
     if status == "unsupported":
-        return _result(gate, "unsupported", f"export path {path} unsupported: {message}")
+        return gate_result(gate, "unsupported", f"export path {path} unsupported: {message}")
     verdict = "new-failure" if b_status == "ok" else "fail"
-    return _result(gate, verdict, f"export path {path} {status}: {message[:400]}")
+    return gate_result(gate, verdict, f"export path {path} {status}: {message[:400]}")
 
 
 def determinism(
@@ -130,25 +121,27 @@ def determinism(
             and cand[0]["spec"]["workload"] == "determinism"
             and cand[0]["status"] == "unsupported"
         ):
-            return _result(gate, "unsupported", (cand[0].get("failure") or {}).get("message", ""))
+            return gate_result(
+                gate, "unsupported", (cand[0].get("failure") or {}).get("message", "")
+            )
         return None
     c_in, c_x = (
         _metric(cand, "deterministic_in_process"),
         _metric(cand, "deterministic_cross_process"),
     )
     if c_in is None or c_x is None:
-        return _result(gate, "untested", "no determinism result on the candidate side")
+        return gate_result(gate, "untested", "no determinism result on the candidate side")
     b_ok = _metric(base, "deterministic_in_process") and _metric(
         base, "deterministic_cross_process"
     )
     if c_in and c_x:
-        return _result(
+        return gate_result(
             gate, "pass" if b_ok else "fixed", "bitwise identical in and across processes"
         )
     where = "across processes" if not c_x else "within one process"
     first, diff = _metric(cand, "first_difference"), _metric(cand, "max_difference")
     was = "" if b_ok else " (the baseline was not deterministic either)"
-    return _result(
+    return gate_result(
         gate,
         "fail",
         f"not deterministic {where}: first differing tensor {first!r}, "
@@ -164,7 +157,7 @@ def drift(gate: Gate, base: Sequence[Record], cand: Sequence[Record]) -> dict[st
     if b is None and c is None:
         return None
     if b is None or c is None:
-        return _result(gate, "untested", "saved outputs on one side only")
+        return gate_result(gate, "untested", "saved outputs on one side only")
     import torch
 
     left = torch.load(Path(b["_run_dir"]) / b["outputs"]["file"], weights_only=True)
@@ -175,20 +168,22 @@ def drift(gate: Gate, base: Sequence[Record], cand: Sequence[Record]) -> dict[st
     for name, x in left.items():
         y = right.get(name)
         if y is None or y.shape != x.shape:
-            return _result(gate, "fail", f"output {name!r} missing or reshaped on the candidate")
+            return gate_result(
+                gate, "fail", f"output {name!r} missing or reshaped on the candidate"
+            )
         scale = max(float(x.double().abs().max()), 1e-12)
         rel = float((x.double() - y.double()).abs().max()) / scale
         if not math.isfinite(rel) or rel > worst:
             worst_name, worst = name, rel if math.isfinite(rel) else math.inf
     numbers = {"candidate": worst, "threshold": tolerance}
     if worst > tolerance:
-        return _result(
+        return gate_result(
             gate,
             "fail",
             f"{worst_name}: relative drift {worst:.3g} > {tolerance:g} ({dtype})",
             **numbers,
         )
-    return _result(
+    return gate_result(
         gate,
         "pass",
         f"max relative drift {worst:.3g} ({worst_name or 'none'}) <= {tolerance:g}",

@@ -9,8 +9,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from suite.gates import gate_result
 from suite.matrix import Matrix
-from suite.policy import Policy
+from suite.policy import Gate, Policy
 from suite.runner import Run, RunOptions
 from suite.sides import Side, prepare
 from suite.spec import CellSpec
@@ -18,15 +19,11 @@ from suite.workloads import Resolved
 
 STEP_TIMEOUT_S = 900.0
 DEFAULT_DRIFT_TOLERANCE = 1e-4
+ROLLBACK_GATE = Gate("rollback", "hard", required=True)
 
 
 def _cell(name: str, verdict: str, message: str, **numbers: Any) -> dict[str, Any]:
-    gate = {
-        "gate": "rollback", "verdict": verdict, "severity": "hard", "required": True,
-        "message": message, "unit": None, "baseline": None, "candidate": None, "change": None,
-        "ci": None, "p_value": None, "threshold": None,
-    }  # fmt: skip
-    gate.update(numbers)
+    gate = gate_result(ROLLBACK_GATE, verdict, message, **numbers)
     return {
         "cell_id": f"rollback.{name}@any", "row_id": "rollback@any", "workload": "rollback",
         "backend": "any", "lane": "production", "baseline_status": None, "candidate_status": None,
