@@ -50,7 +50,8 @@ class Progress:
         remaining = self.total - self.done_count
         if self.executed == 0:
             return None
-        return remaining * self.executed_s / self.executed
+        # Per cell done so far, skipped ones included: the rest will skip at the same rate.
+        return remaining * self.executed_s / self.done_count
 
     def starting(self, cell_id: str) -> None:
         if self.tty:
