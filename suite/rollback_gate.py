@@ -69,22 +69,26 @@ def compatibility(
             continue
         report = json.loads(report_path.read_text("utf-8"))
         reports[direction] = report
-        for fmt, result in report["formats"].items():
-            what = f"{fmt} written by torch {report['written_by']}, loaded by {report['torch']}"
-            if result["ok"]:
-                cells.append(
-                    _cell(
-                        f"checkpoint.{fmt}.{direction}",
-                        "pass",
-                        f"{what}: training continues alike (max relative difference "
-                        f"{result['max_rel_diff']:.2g})",
-                    )
-                )
-            else:
-                cells.append(
-                    _cell(f"checkpoint.{fmt}.{direction}", "fail", f"{what}: {result['error']}")
-                )
+        cells.extend(checkpoint_cells(direction, report))
     return cells, reports
+
+
+def checkpoint_cells(direction: str, report: dict[str, Any]) -> list[dict[str, Any]]:
+    """One rollback cell per checkpoint format from a reader's report."""
+    cells = []
+    for fmt, result in report["formats"].items():
+        what = f"{fmt} written by torch {report['written_by']}, loaded by {report['torch']}"
+        if result["ok"]:
+            message = (
+                f"{what}: training continues alike (max relative difference "
+                f"{result['max_rel_diff']:.2g})"
+            )
+            cells.append(_cell(f"checkpoint.{fmt}.{direction}", "pass", message))
+        else:
+            cells.append(
+                _cell(f"checkpoint.{fmt}.{direction}", "fail", f"{what}: {result['error']}")
+            )
+    return cells
 
 
 def _drift(a: Path, b: Path) -> tuple[str, float]:
@@ -124,24 +128,8 @@ def rehearsal(
     )  # fmt: skip
     run = Run(matrix, options, cells, resolved, extra={"label": baseline.label, "side": "baseline"})
     ready_s = time.perf_counter() - start
-    gate = policy.gates.get("drift")
-    mismatches: list[str] = []
     for spec in cells:
-        doc, _ = run.execute(spec, 0)
-        earlier = json.loads((base_run.dir / "cells" / f"{spec.cell_id}.json").read_text("utf-8"))
-        if doc["status"] != earlier["status"]:
-            mismatches.append(f"{spec.cell_id}: status {earlier['status']} then {doc['status']}")
-            continue
-        if doc.get("outputs") and earlier.get("outputs"):
-            dtype = str(spec.params_dict.get("dtype", "fp32"))
-            tolerance = (
-                (gate.relative_tolerance or {}).get(dtype) if gate else None
-            ) or DEFAULT_DRIFT_TOLERANCE
-            name, rel = _drift(
-                base_run.dir / earlier["outputs"]["file"], run.dir / doc["outputs"]["file"]
-            )
-            if rel > tolerance:
-                mismatches.append(f"{spec.cell_id}: {name} differs by {rel:.3g} > {tolerance:g}")
+        run.execute(spec, 0)
     run.finish()
     total = time.perf_counter() - start
     timing = {
@@ -149,27 +137,48 @@ def rehearsal(
         "rehearsal_s": total - ready_s,
         "duration_s": total + again.prepared_s,
     }
+    return judge_rehearsal(cells, base_run.dir, run.dir, policy, timing), timing
+
+
+def judge_rehearsal(
+    cells: Sequence[CellSpec],
+    base_dir: Path,
+    rehearsal_dir: Path,
+    policy: Policy,
+    timing: dict[str, float],
+) -> dict[str, Any]:
+    """Did every cell reproduce its round-0 status and outputs (within the drift tolerance)?"""
+    gate = policy.gates.get("drift")
+    mismatches: list[str] = []
+    for spec in cells:
+        doc = json.loads((rehearsal_dir / "cells" / f"{spec.cell_id}.json").read_text("utf-8"))
+        earlier = json.loads((base_dir / "cells" / f"{spec.cell_id}.json").read_text("utf-8"))
+        if doc["status"] != earlier["status"]:
+            mismatches.append(f"{spec.cell_id}: status {earlier['status']} then {doc['status']}")
+            continue
+        if doc.get("outputs") and earlier.get("outputs"):
+            dtype = str(spec.params_dict.get("dtype", "fp32"))
+            limits = (gate.relative_tolerance or {}) if gate else {}
+            tolerance = limits.get(dtype) or DEFAULT_DRIFT_TOLERANCE
+            name, rel = _drift(
+                base_dir / earlier["outputs"]["file"], rehearsal_dir / doc["outputs"]["file"]
+            )
+            if rel > tolerance:
+                mismatches.append(f"{spec.cell_id}: {name} differs by {rel:.3g} > {tolerance:g}")
     text = (
         f"back to the baseline in {timing['duration_s']:.0f}s (environment "
         f"{timing['environment_ready_s']:.0f}s, rehearsal of {len(cells)} cells "
         f"{timing['rehearsal_s']:.0f}s)"
     )
-    if mismatches:
-        cell = _cell(
-            "rehearsal",
-            "fail",
-            f"{text}; the baseline does not reproduce itself: "
-            + "; ".join(mismatches[:5])
-            + (f" (+{len(mismatches) - 5} more)" if len(mismatches) > 5 else ""),
-            candidate=timing["duration_s"],
-            unit="s",
+    numbers = {"candidate": timing["duration_s"], "unit": "s"}
+    if not mismatches:
+        return _cell(
+            "rehearsal", "pass", f"{text}; every cell reproduced its earlier result", **numbers
         )
-    else:
-        cell = _cell(
-            "rehearsal",
-            "pass",
-            f"{text}; every cell reproduced its earlier result",
-            candidate=timing["duration_s"],
-            unit="s",
-        )
-    return cell, timing
+    more = f" (+{len(mismatches) - 5} more)" if len(mismatches) > 5 else ""
+    return _cell(
+        "rehearsal",
+        "fail",
+        f"{text}; the baseline does not reproduce itself: " + "; ".join(mismatches[:5]) + more,
+        **numbers,
+    )
