@@ -9,6 +9,7 @@ Workload modules import torch inside methods, so that planning a run does not ne
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,7 +51,7 @@ class Param:
             raise ValueError(f"param {self.name}: default values {unknown} not in {self.values}")
 
 
-class Workload:
+class Workload(ABC):
     """Base class for built-in and plugin workloads."""
 
     name: ClassVar[str] = ""
@@ -73,11 +74,12 @@ class Workload:
         """Combinations that make no sense are not planned; say why (None keeps the case)."""
         return None
 
+    @abstractmethod
     def run(self, ctx: CellContext) -> None:
-        raise NotImplementedError(f"workload {self.name!r} does not define run()")
+        """Build inputs, call ctx.measure once, check accuracy, record metrics."""
 
 
-class CellContext:
+class CellContext(ABC):
     """What a running workload sees. Implemented by the worker; documented here for plugins."""
 
     params: Mapping[str, ParamValue]
@@ -88,13 +90,15 @@ class CellContext:
     rank: int = 0
     world_size: int = 1
 
+    @abstractmethod
     def dtype(self, name: str | None = None) -> torch.dtype:
         """The torch dtype for a dtype name ('fp32', 'bf16', ...); default: params['dtype']."""
-        raise NotImplementedError
 
+    @abstractmethod
     def seed(self, value: int = 0) -> None:
-        raise NotImplementedError
+        """Seed Python's and torch's generators."""
 
+    @abstractmethod
     def measure(
         self,
         fn: Callable[[], Any],
@@ -104,8 +108,8 @@ class CellContext:
         compiled: bool = False,
     ) -> None:
         """Time fn: cold call (compile included), warmup, steady samples; track peak memory."""
-        raise NotImplementedError
 
+    @abstractmethod
     def check_accuracy(
         self,
         result: torch.Tensor | Sequence[torch.Tensor],
@@ -117,29 +121,30 @@ class CellContext:
         label: str = "output",
     ) -> bool:
         """Record RMSE(result, fp64) <= k * RMSE(reference, fp64) + tol; return the verdict."""
-        raise NotImplementedError
 
+    @abstractmethod
     def metric(self, name: str, value: float | str | bool | None, unit: str | None = None) -> None:
-        raise NotImplementedError
+        """A number (or short text) of this cell, recorded under metrics."""
 
+    @abstractmethod
     def save_outputs(self, tensors: Mapping[str, torch.Tensor]) -> None:
         """Keep outputs and gradients of a fixed-seed step, for drift between torch pins.
 
         A digest of each tensor goes into the record; the tensors themselves (each capped in
         size) are saved beside the results.
         """
-        raise NotImplementedError
 
     @property
+    @abstractmethod
     def scratch(self) -> Path:
         """A private folder for files the workload makes (exported models); removed after."""
-        raise NotImplementedError
 
+    @abstractmethod
     def warn(self, message: str) -> None:
-        raise NotImplementedError
+        """A warning that lands in the record."""
 
+    @abstractmethod
     def rank_metric(
         self, name: str, value: float | str | bool | None, unit: str | None = None
     ) -> None:
         """A per-rank number (peak memory, step time): every rank's value lands in the record."""
-        raise NotImplementedError
