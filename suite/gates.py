@@ -56,11 +56,17 @@ def gate_result(gate: Gate, verdict: str, message: str, **numbers: Any) -> dict[
     return out
 
 
-def status_gate(gate: Gate, base: str | None, cand: str | None, cand_msg: str) -> dict[str, Any]:
+def status_gate(
+    gate: Gate, base: str | None, cand: str | None, cand_msg: str, *, dependency: bool = False
+) -> dict[str, Any]:
+    """dependency: both sides skipped the cell for an optional package missing here."""
     numbers = {"baseline": base, "candidate": cand}
     if base is None or cand is None:
         side = "baseline" if base is None else "candidate"
         return gate_result(gate, "untested", f"no result on the {side} side", **numbers)
+    if dependency:
+        # Neither pin can run it in this environment; which backend is tested is unaffected.
+        return gate_result(gate, "unsupported", f"skipped on both pins: {cand_msg}", **numbers)
     if "skipped" in (base, cand):
         return gate_result(
             gate, "untested", f"skipped (baseline {base}, candidate {cand})", **numbers
@@ -275,16 +281,19 @@ def evaluate_cell(
     b_status, c_status = side_status(base), side_status(cand)
     c_failure = next((r["failure"] for r in cand if r.get("failure")), None) or {}
     c_msg = str(c_failure.get("message", "")).splitlines()[0][:300] if c_failure else ""
+    dependency = all(
+        (r.get("failure") or {}).get("mode") == "dependency" for r in [*base, *cand]
+    ) and bool(base and cand)
     out: list[dict[str, Any]] = []
     status: dict[str, Any] | None = None
     for name, gate in policy.gates.items():
         result: dict[str, Any] | None
+        if name == "status" or status is None:
+            status = status_gate(gate, b_status, c_status, c_msg, dependency=dependency)
         if name == "status":
-            status = result = status_gate(gate, b_status, c_status, c_msg)
+            result = status
         elif name == "correctness":
-            result = correctness_gate(
-                gate, base, cand, status or status_gate(gate, b_status, c_status, c_msg)
-            )
+            result = correctness_gate(gate, base, cand, status)
         elif name in ("latency_p50", "latency_p95"):
             result = timing_gate(
                 gate, policy, base, cand, stat=name.split("_")[1], comparable=comparable

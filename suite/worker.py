@@ -256,7 +256,7 @@ def _classify(exc: BaseException) -> tuple[str, str]:
     if isinstance(exc, (Unsupported, NotImplementedError)):
         return "unsupported", "unsupported"
     if isinstance(exc, Skip):
-        return "skipped", "unavailable"
+        return "skipped", "dependency"
     if isinstance(exc, (MemoryError, torch.OutOfMemoryError)):
         return "oom", "oom"
     if isinstance(exc, RuntimeError) and any(m in str(exc).lower() for m in _OOM_MARKERS):

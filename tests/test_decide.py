@@ -287,3 +287,25 @@ def test_failed_rollback_gate_defers(tmp_path: Path) -> None:
     row = next(r for r in d["rows"] if r["row_id"] == "rollback@any")
     assert "adoption would be one-way" in row["reasons"][0]
     assert d["rollback"]["duration_s"] == 12.0
+
+
+def test_optional_dependency_skipped_on_both_is_not_missing_evidence(tmp_path: Path) -> None:
+    skipped = Cell(
+        workload="export",
+        case="onnx",
+        status="skipped",
+        failure_mode="dependency",
+        message="onnx export needs the optional extra",
+    )
+    b = make_run(tmp_path / "b", [skipped, Cell()], run_id="20261130T100000Z-aaaaaa")
+    c = make_run(tmp_path / "c", [skipped, Cell()], run_id="20261130T100000Z-bbbbbb")
+    for run_dir in (b, c):  # the export gate reads the path parameter
+        for f in (run_dir / "cells").glob("export*.json"):
+            f.write_text(f.read_text().replace('"case": "onnx"', '"path": "onnx"'))
+    research = decide(Side.load(b), Side.load(c), load_policy(None, "research"))
+    assert _gate(research, "export.onnx@cpu", "status")["verdict"] == "unsupported"
+    assert research["decision"] == "adopt"
+    # a profile that requires the ONNX path defers: it was never shown to work here
+    serving = decide(Side.load(b), Side.load(c), load_policy(None, "inference-service"))
+    assert _gate(serving, "export.onnx@cpu", "export")["verdict"] == "unsupported"
+    assert serving["decision"] == "defer"
