@@ -5,6 +5,7 @@ The clock is injectable so that the loop logic can be tested without real time p
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,12 +23,31 @@ class Budget:
     max_iters: int
     min_time_s: float
     max_time_s: float
+    # A sample times a block of calls lasting at least this long (the per-call time is the
+    # block's mean): sub-millisecond kernels timed one call at a time spread by scheduler
+    # jitter alone, and their noise would hide any real change. 0 times single calls.
+    min_sample_s: float = 0.0
 
 
 BUDGETS: dict[str, Budget] = {
-    "smoke": Budget(warmup_iters=3, min_iters=15, max_iters=400, min_time_s=0.3, max_time_s=1.5),
-    "full": Budget(warmup_iters=10, min_iters=50, max_iters=5000, min_time_s=3.0, max_time_s=30.0),
+    "smoke": Budget(
+        warmup_iters=3,
+        min_iters=15,
+        max_iters=400,
+        min_time_s=0.3,
+        max_time_s=1.5,
+        min_sample_s=0.005,
+    ),
+    "full": Budget(
+        warmup_iters=10,
+        min_iters=50,
+        max_iters=5000,
+        min_time_s=3.0,
+        max_time_s=30.0,
+        min_sample_s=0.02,
+    ),
 }
+MAX_CALLS_PER_SAMPLE = 10_000
 
 
 @dataclass
@@ -38,6 +58,7 @@ class Timing:
     warmup_iters: int = 0
     samples_s: list[float] = field(default_factory=list)
     timed_s: float = 0.0
+    calls_per_sample: int = 1
 
     def as_dict(self) -> dict[str, Any]:
         from suite.stats import summarize
@@ -48,8 +69,25 @@ class Timing:
             "warmup_s": self.warmup_s,
             "warmup_iters": self.warmup_iters,
             "samples_s": self.samples_s,
+            "calls_per_sample": self.calls_per_sample,
             "summary": dict(summarize(self.samples_s)),
         }
+
+
+def time_block(fn: Callable[[], Any], sync: Callable[[], None], clock: Clock, calls: int) -> float:
+    """Mean seconds per call over a synchronized block of calls."""
+    sync()
+    start = clock()
+    for _ in range(calls):
+        fn()
+    sync()
+    return (clock() - start) / 1e9 / calls
+
+
+def calls_per_sample(one_call_s: float, budget: Budget) -> int:
+    if budget.min_sample_s <= 0 or one_call_s >= budget.min_sample_s:
+        return 1
+    return min(MAX_CALLS_PER_SAMPLE, math.ceil(budget.min_sample_s / max(one_call_s, 1e-9)))
 
 
 def time_call(fn: Callable[[], Any], sync: Callable[[], None], clock: Clock) -> float:
@@ -79,14 +117,15 @@ def run_timed(
     if on_steady_start is not None:
         on_steady_start()
     warm_start = clock()
-    for _ in range(budget.warmup_iters):
-        time_call(fn, sync, clock)
+    warm = [time_call(fn, sync, clock) for _ in range(budget.warmup_iters)]
     timing.warmup_iters = budget.warmup_iters
     timing.warmup_s = (clock() - warm_start) / 1e9
+    calls = calls_per_sample(min(warm, default=timing.cold_start_s), budget)
+    timing.calls_per_sample = calls
     samples: list[float] = []
     begin = clock()
     while True:
-        samples.append(time_call(fn, sync, clock))
+        samples.append(time_block(fn, sync, clock, calls))
         elapsed = (clock() - begin) / 1e9
         enough = len(samples) >= budget.min_iters and elapsed >= budget.min_time_s
         if enough or len(samples) >= budget.max_iters or elapsed >= budget.max_time_s:

@@ -209,10 +209,10 @@ def _record_for_outcome(
         status, mode, message = "crashed", "no-result", "worker exited 0 but wrote no valid result"
     if spec.ranks > 1:
         died = _torchrun_deaths(read_tail(log, 20000))
-        parts, raised = _rank_failures(path_of_result)
+        parts, raised, raised_mode = _rank_failures(path_of_result)
         # A rank killed by a signal is the cause; the others' errors are its echo.
         if raised in _PART_MODES and not outcome.timed_out and "(SIG" not in died:
-            status, mode, message = raised, _PART_MODES[raised], parts
+            status, mode, message = raised, raised_mode or _PART_MODES[raised], parts
         else:
             message = "; ".join(m for m in (message, died, parts) if m)
     return failure_result(
@@ -255,13 +255,13 @@ _PART_MODES = {
 }
 
 
-def _rank_failures(result: Path) -> tuple[str, str | None]:
+def _rank_failures(result: Path) -> tuple[str, str | None, str | None]:
     """What the ranks of a distributed cell said before it ended (their part files), and the
-    status the first rank that raised reported."""
+    status and failure mode the first rank that raised reported."""
     import json
 
     said = []
-    status = None
+    status = mode = None
     for part in sorted(result.parent.glob(f".{result.name}.rank*.json")):
         try:
             data = json.loads(part.read_text("utf-8"))
@@ -271,8 +271,9 @@ def _rank_failures(result: Path) -> tuple[str, str | None]:
             part.unlink(missing_ok=True)
         if data.get("status") != "ok":
             said.append(f"rank {data.get('rank')} {data.get('status')}: {data.get('failure')}")
-            status = status or data.get("status")
-    return "; ".join(said), status
+            if status is None:
+                status, mode = data.get("status"), data.get("mode")
+    return "; ".join(said), status, mode
 
 
 def default_memory_limit() -> int | None:

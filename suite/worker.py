@@ -183,6 +183,7 @@ def _rank_part(doc: dict[str, Any], ctx: WorkerContext | None, rank: int) -> dic
         "rank": rank,
         "status": doc["status"],
         "failure": (doc.get("failure") or {}).get("message"),
+        "mode": (doc.get("failure") or {}).get("mode"),
         "p50_s": (timing.get("summary") or {}).get("p50"),
         "peak_bytes": (doc.get("memory") or {}).get("peak_bytes"),
         "metrics": ctx.rank_metrics if ctx is not None else {},

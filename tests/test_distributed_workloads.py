@@ -75,7 +75,7 @@ def test_collective_ok_or_unsupported(run_dir: Path, op: str) -> None:
 def test_torchcomms_cell_skipped_with_reason(run_dir: Path) -> None:
     doc = cell(run_dir, "collectives.all_reduce.1KiB.torchcomms.w2")
     assert doc["status"] == "skipped"
-    assert doc["failure"]["mode"] == "unavailable"
+    assert doc["failure"]["mode"] == "dependency"
     assert "torchcomms" in doc["failure"]["message"]
 
 

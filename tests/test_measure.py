@@ -65,3 +65,24 @@ def test_memory_hooks_bracket_warmup_and_samples() -> None:
         on_steady_end=lambda: events.append("end"),
     )
     assert events == ["call", "start", "call", "call", "call", "end"]
+
+
+def test_fast_calls_are_timed_in_blocks() -> None:
+    clock = FakeClock([1_000_000])  # 1 ms per call
+    budget = Budget(
+        warmup_iters=2, min_iters=4, max_iters=4, min_time_s=0, max_time_s=10, min_sample_s=0.005
+    )
+    syncs: list[int] = []
+    timing = run_timed(clock.fn, lambda: syncs.append(1), budget, clock=clock)
+    assert timing.calls_per_sample == 5
+    assert timing.samples_s == [0.001] * 4  # per call, the mean of each block
+    assert clock.calls == 1 + 2 + 4 * 5
+    assert len(syncs) == 2 * (1 + 2 + 4)  # one sync pair per block, not per call
+
+
+def test_slow_calls_are_timed_one_by_one() -> None:
+    clock = FakeClock([10_000_000])
+    budget = Budget(
+        warmup_iters=1, min_iters=3, max_iters=3, min_time_s=0, max_time_s=10, min_sample_s=0.005
+    )
+    assert run_timed(clock.fn, lambda: None, budget, clock=clock).calls_per_sample == 1
