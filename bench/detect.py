@@ -1,27 +1,37 @@
-"""False-alarm and detection rates of the latency gate, measured on this machine.
+"""False-alarm and detection rates of the latency gate under the sequential procedure, here.
 
-Each try is one cell run on two sides in interleaved rounds, exactly as `ab` runs it; the
-candidate side does N% more work (N = 0 for A/A). The gate is the policy's latency_p50 gate with
-the threshold given here. Prints the rate of 'fail' verdicts per injected change, with 95%
-Wilson intervals, and the smallest change detected in >= 95% of tries at <= 1% false alarms.
+Each try is one cell run on two sides exactly as `ab` runs it: paired rounds, one fresh worker
+per side per round, the side order alternating, more rounds look by look until the latency
+gate decides or the last look passes. The candidate side does N% more work (N = 0 for A/A).
+Prints, per level, the verdicts, the rate of `fail` with its 95% Wilson interval, the mean
+rounds used and the wall time; then an A/A with a background CPU load (one busy process the
+bench starts and stops), where `inconclusive` is fine and `fail` is not.
 
-    python bench/detect.py [--tries 40] [--rounds 3] [--threshold 0.03] [--levels 5 10 20]
+    python bench/detect.py [--threshold 0.03] [--aa 20] [--five 20] [--ten 10] [--loaded 10]
+
+Targets (2-core machine, quiet): A/A fail in 0 of >= 20; +5% fail in >= 19 of 20; +10% in all
+of 10; loaded A/A fail in 0 of 10. Run it alone: anything beside it is background load.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
+import multiprocessing
+import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 from tabulate import tabulate
 
+from suite.ab import Rounds
 from suite.compare import Side, decide
 from suite.matrix import Entry, Matrix, expand
-from suite.policy import Gate, load_policy
+from suite.policy import Gate, Policy, load_policy
 from suite.progress import Progress
 from suite.runner import Run, RunOptions
 
@@ -39,7 +49,24 @@ def wilson(hits: int, n: int, z: float = 1.96) -> tuple[float, float]:
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def run_level(extra: float, tries: int, rounds: int, threshold: float, out: Path) -> dict[str, int]:
+def bench_policy(threshold: float, budget_s: float | None) -> Policy:
+    """The research profile with the latency_p50 gate at `threshold` and no other timing gate
+    (one gate per try, so the rates are the rates of one gate)."""
+    policy = load_policy(None, "research")
+    gates = {
+        name: gate
+        for name, gate in policy.gates.items()
+        if name not in ("latency_p95", "throughput", "compile_time")
+    }
+    gates["latency_p50"] = Gate("latency_p50", "soft", threshold=threshold)
+    design = dataclasses.replace(policy.design, budget_s=budget_s)
+    return dataclasses.replace(policy, gates=gates, design=design)
+
+
+def run_level(
+    extra: float, tries: int, policy: Policy, out: Path, seed: int
+) -> tuple[Counter[str], float, float]:
+    """(verdict counts, mean rounds, wall seconds) of `tries` cells at `extra` % more work."""
     matrix = Matrix(
         name="detect",
         file="<bench>",
@@ -51,7 +78,7 @@ def run_level(extra: float, tries: int, rounds: int, threshold: float, out: Path
             Entry(
                 f"{HERE / 'work.py'}:ScaledWork",
                 "production",
-                {"trial": list(range(tries))},
+                {"trial": list(range(seed, seed + tries))},
                 None,
                 None,
                 0,
@@ -59,74 +86,106 @@ def run_level(extra: float, tries: int, rounds: int, threshold: float, out: Path
         ],
     )
     cells, resolved = expand(matrix)
+    start = time.perf_counter()
     runs = {}
     for role, work in (("baseline", 0.0), ("candidate", extra)):
         options = RunOptions(
             out=out / role,
-            rounds=tuple(range(rounds)),
+            rounds=(),
             command=["bench/detect.py"],
             extra_env={EXTRA_VAR: str(work)},
         )
         runs[role] = Run(matrix, options, cells, resolved)
-    progress = Progress(len(cells) * rounds * 2, stream=sys.stderr)
-    for round_no in range(rounds):
-        order = ("baseline", "candidate") if round_no % 2 == 0 else ("candidate", "baseline")
-        for spec in cells:
-            for role in order:
-                doc, _ = runs[role].execute(spec, round_no)
-                progress.finished(f"{spec.cell_id} +{extra:g}% {role} r{round_no}", doc)
+    progress = Progress(len(cells) * 2 * policy.design.looks[0], stream=sys.stderr)
+    try:
+        design = Rounds(runs, policy, policy.design, True, progress).run(cells)
+    finally:
+        for run in runs.values():
+            run.close()
     for run in runs.values():
+        run.doc["ab"] = {"design": design.as_dict()}
         run.finish()
-    policy = load_policy(None, "research")
-    gates = dict(policy.gates)
-    gates["latency_p50"] = Gate("latency_p50", "soft", threshold=threshold)
-    policy = policy.__class__(**{**policy.__dict__, "gates": gates})
+    wall = time.perf_counter() - start
     decision = decide(Side.load(out / "baseline"), Side.load(out / "candidate"), policy)
-    counts: dict[str, int] = {}
+    counts: Counter[str] = Counter()
     for cell in decision["cells"]:
-        verdict = next(g["verdict"] for g in cell["gates"] if g["gate"] == "latency_p50")
-        counts[verdict] = counts.get(verdict, 0) + 1
-    return counts
+        gate = next(g for g in cell["gates"] if g["gate"] == "latency_p50")
+        counts[gate["verdict"]] += 1
+    rounds = [len(runs["baseline"].records(spec)) for spec in cells]
+    return counts, statistics.mean(rounds), wall
+
+
+def _spin(stop: multiprocessing.synchronize.Event) -> None:
+    x = 0
+    while not stop.is_set():
+        for _ in range(100_000):
+            x += 1
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
-    parser.add_argument("--tries", type=int, default=40)
-    parser.add_argument("--aa-tries", type=int, help="A/A tries (default: --tries)")
-    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threshold", type=float, default=0.03)
-    parser.add_argument("--levels", type=float, nargs="+", default=[5.0, 10.0, 20.0])
+    parser.add_argument("--aa", type=int, default=20, help="A/A tries, quiet")
+    parser.add_argument("--five", type=int, default=20, help="+5%% tries")
+    parser.add_argument("--ten", type=int, default=10, help="+10%% tries")
+    parser.add_argument("--loaded", type=int, default=10, help="A/A tries under a busy process")
+    parser.add_argument(
+        "--loaded-budget", type=float, default=600.0, help="round budget of the loaded A/A, s"
+    )
     args = parser.parse_args()
     start = time.perf_counter()
+    quiet = bench_policy(args.threshold, None)
+    loaded = bench_policy(args.threshold, args.loaded_budget)
+    levels = [
+        ("A/A (false alarm)", 0.0, args.aa, quiet, False),
+        ("+5% work (detection)", 5.0, args.five, quiet, False),
+        ("+10% work (detection)", 10.0, args.ten, quiet, False),
+        ("A/A, one busy process beside it", 0.0, args.loaded, loaded, True),
+    ]
     rows = []
-    rates: dict[float, float] = {}
     with tempfile.TemporaryDirectory(prefix="torch-matrix-detect-") as tmp:
-        for extra in [0.0, *args.levels]:
-            tries = args.aa_tries if extra == 0 and args.aa_tries else args.tries
-            counts = run_level(extra, tries, args.rounds, args.threshold, Path(tmp) / f"x{extra:g}")
+        for i, (label, extra, tries, policy, busy) in enumerate(levels):
+            if tries <= 0:
+                continue
+            stop = multiprocessing.Event()
+            spinner = multiprocessing.Process(target=_spin, args=(stop,), daemon=True)
+            if busy:
+                spinner.start()
+            try:
+                counts, mean_rounds, wall = run_level(
+                    extra, tries, policy, Path(tmp) / f"level{i}", seed=1000 * i
+                )
+            finally:
+                if busy:
+                    stop.set()
+                    spinner.join(10)
+                    if spinner.is_alive():
+                        spinner.kill()
             fails = counts.get("fail", 0)
             lo, hi = wilson(fails, tries)
-            rates[extra] = fails / tries
-            label = "A/A (false alarm)" if extra == 0 else f"+{extra:g}% work (detection)"
             rows.append(
                 [
                     label,
                     tries,
-                    f"{fails / tries:.1%}",
-                    f"{lo:.1%}..{hi:.1%}",
+                    f"{fails}/{tries} ({lo:.0%}..{hi:.0%})",
                     ", ".join(f"{k} {v}" for k, v in sorted(counts.items())),
+                    f"{mean_rounds:.1f}",
+                    f"{wall:.0f} s",
                 ]
             )
-    print(tabulate(rows, headers=["injected", "tries", "'fail' rate", "95% CI", "verdicts"]))
-    false_alarm = rates[0.0]
-    detected = [x for x in args.levels if rates[x] >= 0.95]
-    verdict = f"{min(detected):g}%" if detected and false_alarm <= 0.01 else "none of the levels"
+            print(tabulate(rows[-1:], tablefmt="plain"), file=sys.stderr, flush=True)
     print(
-        f"\nthreshold {args.threshold:.1%}, {args.rounds} rounds, smoke budget; false alarms "
-        f"{false_alarm:.1%}; smallest change detected in >= 95% of tries at <= 1% false alarms: "
-        f"{verdict} (target: 5%)"
+        tabulate(
+            rows,
+            headers=["injected", "tries", "fail (95% CI)", "verdicts", "mean rounds", "wall"],
+        )
+    )
+    design = quiet.design
+    print(
+        f"\nthreshold {args.threshold:.1%}; looks {', '.join(map(str, design.looks))}; "
+        f"per-look levels fail {design.fail_level:g}, pass {design.pass_level:g}; smoke budget"
     )
     print(f"wall time {time.perf_counter() - start:.0f} s")
 

@@ -1,40 +1,50 @@
-"""A/B: the same cells on a baseline and a candidate side, in interleaved rounds.
+"""A/B: the same cells on a baseline and a candidate side, in interleaved paired rounds.
 
 Within a round every cell runs on both sides back to back, and the order of the sides flips
 each round, so that drift of the machine (thermal, background load) hits both sides alike.
+Rounds come look by look (suite.sequential): at each look, cells whose timing gates all
+decided stop, the rest get more rounds, until the last look or the time budget. A killed A/B
+resumes from its records: whole rounds are kept, a half-finished one is redone on both sides.
 """
 
 from __future__ import annotations
 
 import shlex
+import shutil
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from suite.compare import Side as Loaded
-from suite.compare import decide
+from suite.compare import decide, differences
+from suite.errors import InputError
+from suite.gates import TIMING_GATES, side_status, timing_verdict
 from suite.matrix import Matrix
 from suite.policy import Policy
 from suite.progress import Progress
+from suite.results import read_run
 from suite.rollback_gate import compatibility, rehearsal
 from suite.runner import Run, RunOptions
+from suite.sequential import Design
 from suite.sides import Side
 from suite.spec import CellSpec
 from suite.workloads import Resolved
 
-TIMING_GATES = ("latency_p50", "latency_p95", "throughput", "peak_memory", "memory_budget")
+# Gates whose failure earns a cell a profiler trace of one more step per side.
+TRACED_GATES = (*TIMING_GATES, "peak_memory", "memory_budget")
 
 
 @dataclass(frozen=True)
 class AbOptions:
     out: Path
-    rounds: int
+    rounds: int | None  # None: the policy's looks; N: a fixed design with one look at N
     timeout_s: float | None
     memory_limit_bytes: int | None
     progress: Progress | None
     traces: bool = True
     rollback: bool = True
+    resume: bool = False
 
 
 def side_command(matrix: Matrix, side: Side, resolved: dict[str, Resolved]) -> list[str]:
@@ -47,6 +57,129 @@ def side_command(matrix: Matrix, side: Side, resolved: dict[str, Resolved]) -> l
     return argv
 
 
+def design_for(policy: Policy, rounds: int | None) -> Design:
+    return policy.design if rounds is None else policy.design.fixed(rounds)
+
+
+def _identity(
+    matrix: Matrix, cells: Sequence[CellSpec], policy: Policy, design: Design
+) -> dict[str, Any]:
+    """What a resumed A/B must share with the one it continues."""
+    return {
+        "matrix_sha256": matrix.sha256,
+        "profile": matrix.profile,
+        "policy_sha256": policy.sha256,
+        "policy_profile": policy.profile,
+        "looks": list(design.looks),
+        "cells": [c.spec_hash for c in cells],
+    }
+
+
+def check_resumable(out: Path, identity: dict[str, Any]) -> None:
+    """Refuse to resume an A/B under another matrix, policy, design or cell list."""
+    for role in ("baseline", "candidate"):
+        path = out / role / "run.json"
+        if not path.is_file():
+            continue
+        recorded = (read_run(path).get("ab") or {}).get("identity")
+        if recorded is None:
+            raise InputError("was not written by torch-matrix ab; cannot resume it", file=str(path))
+        for key, value in identity.items():
+            if recorded.get(key) != value:
+                raise InputError(
+                    f"the A/B being resumed used another {key.replace('_', ' ')}; resume it with "
+                    "the same matrix, cells, policy and --rounds, or start a new --out",
+                    file=str(path),
+                    path=f"$.ab.identity.{key}",
+                )
+
+
+def recorded_sides(out: Path, baseline: str, candidate: str | None) -> tuple[str, str]:
+    """The sides an A/B in `out` ran with; a side given again must be the same one."""
+    specs: dict[str, str] = {}
+    for role, given in (("baseline", baseline), ("candidate", candidate)):
+        path = out / role / "run.json"
+        if not path.is_file():
+            raise InputError("no A/B to resume here (no run.json)", file=str(path))
+        spec = (read_run(path).get("ab") or {}).get("spec")
+        if spec is None:
+            raise InputError("was not written by torch-matrix ab; cannot resume it", file=str(path))
+        if given is not None and given != spec and not (role == "baseline" and given == "current"):
+            raise InputError(
+                f"the A/B being resumed ran --{role} {spec}, not {given}", path=f"--{role}"
+            )
+        specs[role] = str(spec)
+    return specs["baseline"], specs["candidate"]
+
+
+def spent_s(runs: dict[str, Run]) -> float:
+    """Worker wall time the rounds have used so far, read from the records: a resumed A/B
+    charges its budget exactly as the uninterrupted one would."""
+    return sum(run.spent_s() for run in runs.values())
+
+
+class Rounds:
+    """Interleaved paired rounds of every cell that still needs them, look by look."""
+
+    def __init__(self, runs: dict[str, Run], policy: Policy, design: Design, comparable: bool,
+                 progress: Progress | None) -> None:  # fmt: skip
+        self.runs = runs
+        self.policy = policy
+        self.design = design
+        self.comparable = comparable
+        self.progress = progress
+        self.budget_exhausted = False
+        self.rounds_run: dict[str, int] = {}
+
+    def pair(self, spec: CellSpec, round_no: int) -> None:
+        """Both sides of one round of one cell; on resume a round is kept only when both
+        sides' records are whole, otherwise it is redone on both."""
+        order = ("baseline", "candidate") if round_no % 2 == 0 else ("candidate", "baseline")
+        kept = {role: self.runs[role].reusable(spec, round_no) for role in order}
+        if not all(kept.values()):
+            for role in order:
+                self.runs[role].discard(spec, round_no)
+        for role in order:
+            doc, reused = self.runs[role].execute(spec, round_no)
+            if self.progress is not None:
+                self.progress.finished(f"{spec.cell_id} [{role} r{round_no}]", doc, reused=reused)
+        self.rounds_run[spec.cell_id] = round_no + 1
+
+    def needs_more(self, spec: CellSpec) -> bool:
+        base = self.runs["baseline"].records(spec)
+        cand = self.runs["candidate"].records(spec)
+        if not self.comparable or any(side_status(x) != "ok" for x in (base, cand)):
+            return False  # no timing verdict can come from more rounds
+        for name in TIMING_GATES:
+            gate = self.policy.gates.get(name)
+            if gate is None or gate.threshold is None:
+                continue
+            verdict = timing_verdict(gate, base, cand, self.design)
+            if verdict is not None and verdict.outcome == "continue":
+                return True
+        return False
+
+    def run(self, cells: Sequence[CellSpec]) -> Design:
+        active = list(cells)
+        done = 0
+        for look in self.design.looks:
+            while done < look and active:
+                if self.design.budget_s is not None and spent_s(self.runs) >= self.design.budget_s:
+                    self.budget_exhausted = True
+                    break
+                if self.progress is not None:
+                    self.progress.total = max(
+                        self.progress.total, self.progress.done_count + 2 * len(active)
+                    )
+                for spec in active:
+                    self.pair(spec, done)
+                done += 1
+            if self.budget_exhausted or not active:
+                break
+            active = [spec for spec in active if self.needs_more(spec)]
+        return replace(self.design, budget_exhausted=self.budget_exhausted)
+
+
 def run_ab(
     matrix: Matrix,
     cells: Sequence[CellSpec],
@@ -56,15 +189,19 @@ def run_ab(
     policy: Policy,
     options: AbOptions,
 ) -> dict[str, Any]:
-    rounds = tuple(range(options.rounds))
+    design = design_for(policy, options.rounds)
+    identity = _identity(matrix, cells, policy, design)
+    if options.resume:
+        check_resumable(options.out, identity)
     runs: dict[str, Run] = {}
     for role, side in (("baseline", baseline), ("candidate", candidate)):
         run_options = RunOptions(
             out=options.out / role,
             interpreter=side.interpreter,
+            resume=options.resume,
             timeout_s=options.timeout_s,
             memory_limit_bytes=options.memory_limit_bytes,
-            rounds=rounds,
+            rounds=(),
             command=side_command(matrix, side, resolved),
             progress=options.progress,
             launcher=side.launcher,
@@ -74,28 +211,29 @@ def run_ab(
             "side": role,
             "prepared_s": side.prepared_s,
             "policy": {"file": policy.file, "sha256": policy.sha256, "profile": policy.profile},
+            "ab": {"spec": side.spec, "identity": identity, "design": design.as_dict()},
         }
-        runs[role] = Run(matrix, run_options, cells, resolved, extra=extra)
-    progress = options.progress
+        runs[role] = Run(matrix, options=run_options, cells=cells, resolved=resolved, extra=extra)
+    comparable = not differences(runs["baseline"].environment, runs["candidate"].environment)
+    rounds = Rounds(runs, policy, design, comparable, options.progress)
     try:
-        for round_no in rounds:
-            order = ("baseline", "candidate") if round_no % 2 == 0 else ("candidate", "baseline")
-            for spec in cells:
-                for role in order:
-                    doc, reused = runs[role].execute(spec, round_no)
-                    if progress is not None:
-                        progress.finished(
-                            f"{spec.cell_id} [{role} r{round_no}]", doc, reused=reused
-                        )
+        final = rounds.run(cells)
     except BaseException:
         for run in runs.values():
             run.finish("interrupted")
         raise
+    finally:
+        for run in runs.values():
+            run.close()
     for run in runs.values():
+        run.doc["ab"]["design"] = final.as_dict()
         run.finish()
     checks: list[dict[str, Any]] = []
     rollback: dict[str, Any] | None = None
     if options.rollback and "rollback" in policy.gates:
+        # Checks of a killed A/B are redone whole: their folders hold nothing worth keeping.
+        for stale in ("rollback", "rehearsal"):
+            shutil.rmtree(options.out / stale, ignore_errors=True)
         sides = {
             "baseline": (baseline, runs["baseline"]),
             "candidate": (candidate, runs["candidate"]),
@@ -110,7 +248,11 @@ def run_ab(
     loaded_cand = Loaded.load(options.out / "candidate", candidate.label)
     decision = decide(loaded_base, loaded_cand, policy, extra_cells=checks, rollback=rollback)
     if options.traces:
-        artifacts = _trace_failures(decision, cells, runs, options.out)
+        try:
+            artifacts = _trace_failures(decision, cells, runs, options.out)
+        finally:
+            for run in runs.values():
+                run.close()
         if artifacts:
             decision = decide(
                 loaded_base,
@@ -130,7 +272,7 @@ def _trace_failures(
     by_id = {c.cell_id: c for c in cells}
     artifacts: dict[str, dict[str, str]] = {}
     for cell in decision["cells"]:
-        if not any(g["gate"] in TIMING_GATES and g["verdict"] == "fail" for g in cell["gates"]):
+        if not any(g["gate"] in TRACED_GATES and g["verdict"] == "fail" for g in cell["gates"]):
             continue
         spec = by_id.get(cell["cell_id"])
         if spec is None:

@@ -62,7 +62,7 @@ def aggregate(jobs: Sequence[Path], policy: Policy, *, notes: Sequence[str] = ()
         decisions.append(decide(base, cand, policy, extra_cells=checks))
     cells = [cell for d in decisions for cell in d["cells"]]
     rows = apply_rules(policy, cells)
-    decision, reasons = overall(rows)
+    decision, reasons = overall(rows, cells)
     differences = [diff for d in decisions for diff in d["comparable"]["differences"]]
     mismatches = sorted({m for d in decisions for m in d["policy"]["mismatches"]})
     reasons.extend(r for d in decisions for r in d["reasons"] if r.startswith("not comparable"))

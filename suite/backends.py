@@ -5,8 +5,10 @@ Imports torch lazily so that planning a run needs no torch in the parent process
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
+import sys
 import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -52,11 +54,15 @@ class MemoryTracker(ABC):
     def stop(self) -> None: ...
 
     def as_dict(self) -> dict[str, Any]:
+        from suite.measure import MEMORY_PASS_CALLS
+
         return {
             "method": self.method,
             "baseline_bytes": self.baseline_bytes,
             "peak_bytes": max(0, self.peak_bytes),
             "samples": self.samples,
+            "pass": "memory",
+            "calls": MEMORY_PASS_CALLS,
         }
 
 
@@ -105,6 +111,28 @@ class _Sampler:
         self.peak = max(self.peak, self._read())
 
 
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+_EXACT_HEAP_BYTES = 128 * 1024
+
+
+def exact_heap() -> bool:
+    """Make RSS follow what the process holds, from here on (glibc): large blocks come from
+    mmap and go back on free, and free heap memory is returned now. Otherwise glibc raises its
+    thresholds after the first large free and freed tensors stay resident. Used only by the
+    memory pass, after the timed samples: the setting slows allocation-heavy code severalfold."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None)
+        ok = bool(libc.mallopt(_M_MMAP_THRESHOLD, _EXACT_HEAP_BYTES))
+        ok = bool(libc.mallopt(_M_TRIM_THRESHOLD, _EXACT_HEAP_BYTES)) and ok
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc (musl): RSS sampling still bounds the peak
+        return False
+    return ok
+
+
 class CpuRssTracker(MemoryTracker):
     """Peak RSS above the pre-region baseline.
 
@@ -121,6 +149,7 @@ class CpuRssTracker(MemoryTracker):
         self._sampler = _Sampler(current_rss_bytes)
 
     def start(self) -> None:
+        exact_heap()
         self.baseline_bytes = current_rss_bytes()
         try:
             with open("/proc/self/clear_refs", "w", encoding="ascii") as fh:

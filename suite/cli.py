@@ -11,6 +11,12 @@ from typing import Any, TypeVar
 import click
 
 from suite import __version__
+from suite.cli_options import (
+    DEFAULT_CALIBRATION,
+    calibration_option,
+    policy_options,
+    warn_below_resolution,
+)
 from suite.errors import SuiteError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -220,7 +226,9 @@ def run(
 @click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option(
     "--kind",
-    type=click.Choice(["matrix", "result", "run", "environment", "policy", "decision"]),
+    type=click.Choice(
+        ["matrix", "result", "run", "environment", "policy", "decision", "calibration"]
+    ),
     help="Check as this kind instead of detecting it from the file.",
 )
 @handles_errors
@@ -291,22 +299,6 @@ Exit codes:
   130  interrupted"""
 
 
-def policy_options(fn: F) -> F:
-    fn = click.option(
-        "--profile",
-        "policy_profile",
-        metavar="NAME",
-        help="Policy profile (default: the policy's default_profile).",
-    )(fn)
-    fn = click.option(
-        "--policy",
-        "policy_file",
-        type=click.Path(path_type=Path),
-        help="Policy file (YAML or JSON). Default: the built-in policy.",
-    )(fn)
-    return fn
-
-
 def format_option(fn: F) -> F:
     return click.option(
         "--format",
@@ -345,27 +337,38 @@ def finish_decision(decision: dict[str, Any], fmt: str) -> None:
     help="torch==X.Y.Z (a cached venv is made), a path to a Python with torch, "
     "docker:IMAGE (each worker in a container of a local image), or 'current' (this interpreter).",
 )
-@click.option("--candidate", required=True, metavar="SIDE", help="Same forms as --baseline.")
+@click.option(
+    "--candidate",
+    metavar="SIDE",
+    help="Same forms as --baseline; with --resume, the side recorded in --out.",
+)
 @matrix_options
 @policy_options
 @click.option(
     "--rounds",
     type=click.IntRange(min=1),
-    default=3,
-    show_default=True,
-    help="Interleaved rounds per side.",
+    default=None,
+    help="A fixed design: exactly N interleaved rounds and one look at N. Default: the "
+    "policy's looks (more rounds only for cells whose timing gates are undecided).",
 )
 @click.option(
     "--out",
     type=click.Path(path_type=Path),
     help="Output directory (default: torch-matrix-runs/ab-RUN_ID).",
 )
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Continue the A/B in --out where it stopped: whole rounds are kept, a half-finished "
+    "one is redone on both sides; the matrix, policy and --rounds must be the same.",
+)
 @click.option("--no-traces", is_flag=True, help="Skip the profiler traces of failing cells.")
+@calibration_option
 @format_option
 @handles_errors
 def ab(
     baseline: str,
-    candidate: str,
+    candidate: str | None,
     matrix_file: Path | None,
     workloads: Sequence[str],
     backends: Sequence[str],
@@ -375,13 +378,16 @@ def ab(
     memory_limit: float | None,
     policy_file: Path | None,
     policy_profile: str | None,
-    rounds: int,
+    rounds: int | None,
     out: Path | None,
+    resume: bool,
     no_traces: bool,
+    calibration_file: Path | None,
     fmt: str,
 ) -> None:
     """Run the same cells on a baseline and a candidate torch, interleaved, and decide."""
-    from suite.ab import AbOptions, run_ab
+    from suite.ab import AbOptions, design_for, recorded_sides, run_ab
+    from suite.errors import InputError
     from suite.policy import load_policy
     from suite.progress import Progress
     from suite.results import new_run_id
@@ -389,23 +395,34 @@ def ab(
 
     policy = load_policy(policy_file, policy_profile)  # fixed before anything runs
     matrix, cells, resolved = plan(matrix_file, workloads, backends, cell_ids, size)
+    warn_below_resolution(calibration_file, cells, lambda: policy)
+    if resume:
+        if out is None:
+            raise InputError("--resume needs the --out of the A/B to continue", path="--out")
+        baseline, candidate = recorded_sides(out, baseline, candidate)
+    elif candidate is None:
+        raise InputError(
+            "give the candidate side, e.g. --candidate torch==2.14.1", path="--candidate"
+        )
     parse(baseline, "baseline")
     parse(candidate, "candidate")
     out = out or Path("torch-matrix-runs") / f"ab-{new_run_id()}"
     for role in ("baseline", "candidate"):
-        if (out / role / "run.json").exists():
-            from suite.errors import InputError
-
+        if (out / role / "run.json").exists() and not resume:
             raise InputError(
-                "already holds a run; choose another --out", file=str(out / role / "run.json")
+                "already holds a run; pass --resume to continue it, or choose another --out",
+                file=str(out / role / "run.json"),
             )
     click.echo(f"preparing baseline {baseline} …", err=True)
     base_side = prepare(baseline, "baseline", log=out / "prepare.log")
     click.echo(f"preparing candidate {candidate} …", err=True)
     cand_side = prepare(candidate, "candidate", log=out / "prepare.log")
+    design = design_for(policy, rounds)
+    looks = ", ".join(str(n) for n in design.looks)
+    budget = f", budget {design.budget_s:g}s" if design.budget_s is not None else ""
     click.echo(
-        f"torch-matrix {__version__}: {len(cells)} cells x {rounds} rounds x 2 sides, policy "
-        f"{policy.profile} ({policy.sha256[:12]}), out {out}",
+        f"torch-matrix {__version__}: {len(cells)} cells x 2 sides, looks at {looks} rounds"
+        f"{budget}, policy {policy.profile} ({policy.sha256[:12]}), out {out}",
         err=True,
     )
     options = AbOptions(
@@ -413,13 +430,106 @@ def ab(
         rounds=rounds,
         timeout_s=timeout,
         memory_limit_bytes=memory_limit_bytes(memory_limit),
-        progress=Progress(len(cells) * rounds * 2, stream=sys.stderr),
+        progress=Progress(len(cells) * design.looks[0] * 2, stream=sys.stderr),
         traces=not no_traces,
+        resume=resume,
     )
     decision = run_ab(matrix, cells, resolved, base_side, cand_side, policy, options)
     write_reports(decision, out)
     click.echo(f"decision: {decision['decision']} — reports in {out}", err=True)
     finish_decision(decision, fmt)
+
+
+CALIBRATE_EXIT_CODES = """\b
+Exit codes:
+  0  the calibration is written, and every cell ran (ok, unsupported or skipped)
+  1  the calibration is written, but some cells failed, crashed, timed out or ran out of memory
+  2  invalid input, or --out exists (the message names file and field)
+  3  environment problem: no torch in the interpreter, output not writable, ...
+  130  interrupted"""
+
+
+@main.command(epilog=CALIBRATE_EXIT_CODES)
+@matrix_options
+@policy_options
+@click.option(
+    "--side",
+    default="current",
+    show_default=True,
+    metavar="SIDE",
+    help="The torch to calibrate with, as both sides of an A/A: same forms as ab --baseline.",
+)
+@click.option(
+    "--rounds",
+    type=click.IntRange(min=4),
+    default=10,
+    show_default=True,
+    help="A/A rounds. Even numbers give each order of the sides as many rounds.",
+)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=DEFAULT_CALIBRATION,
+    show_default=True,
+    help="Calibration file to write; ab and plan read it from here by default.",
+)
+@click.option("--force", is_flag=True, help="Overwrite --out if it exists.")
+@click.option(
+    "--runs",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Folder for the A/A's two runs (default: torch-matrix-runs/calibrate-RUN_ID).",
+)
+@handles_errors
+def calibrate(
+    matrix_file: Path | None,
+    workloads: Sequence[str],
+    backends: Sequence[str],
+    cell_ids: Sequence[str],
+    size: str | None,
+    timeout: float | None,
+    memory_limit: float | None,
+    policy_file: Path | None,
+    policy_profile: str | None,
+    side: str,
+    rounds: int,
+    out: Path,
+    force: bool,
+    runs: Path | None,
+) -> None:
+    """Measure this runner's round-to-round noise with an A/A of one torch, and the smallest
+    change each timing threshold of the policy can detect here within its looks and budget."""
+    from suite.calibrate import CalibrateOptions, check_out, run_calibration
+    from suite.policy import load_policy
+    from suite.progress import Progress
+    from suite.report.calibration import render_calibration
+    from suite.results import new_run_id
+    from suite.runner import FAILED_STATUSES
+    from suite.sides import prepare
+
+    policy = load_policy(policy_file, policy_profile)
+    matrix, cells, resolved = plan(matrix_file, workloads, backends, cell_ids, size)
+    check_out(out, force)
+    runs = runs or Path("torch-matrix-runs") / f"calibrate-{new_run_id()}"
+    click.echo(f"preparing {side} …", err=True)
+    prepared = prepare(side, "side", log=runs / "prepare.log")
+    click.echo(
+        f"torch-matrix {__version__}: A/A of {len(cells)} cells on {side}, {rounds} rounds, "
+        f"policy {policy.profile} ({policy.sha256[:12]}), runs in {runs}",
+        err=True,
+    )
+    options = CalibrateOptions(
+        out=out,
+        runs=runs,
+        rounds=rounds,
+        timeout_s=timeout,
+        memory_limit_bytes=memory_limit_bytes(memory_limit),
+        progress=Progress(len(cells) * rounds * 2, stream=sys.stderr),
+        force=force,
+    )
+    doc = run_calibration(matrix, cells, resolved, prepared, policy, options)
+    click.echo(render_calibration(doc), nl=False)
+    click.echo(f"calibration: {out}", err=True)
+    sys.exit(1 if any(c["status"] in FAILED_STATUSES for c in doc["cells"]) else 0)
 
 
 @main.command(epilog=DECISION_EXIT_CODES)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from suite.cli_options import calibration_option, policy_options, warn_below_resolution
 from suite.errors import EnvironmentProblem, InputError, SuiteError
 
 if TYPE_CHECKING:
@@ -189,6 +190,8 @@ def _output_value(value: Any) -> str:
     type=click.IntRange(min=1),
     help="Most cells in one job (default: as many jobs as --max-jobs allows).",
 )
+@policy_options
+@calibration_option
 @_handles_errors
 def plan_command(
     matrix_file: Path | None,
@@ -197,17 +200,24 @@ def plan_command(
     size: str | None,
     max_jobs: int,
     cells_per_job: int | None,
+    policy_file: Path | None,
+    policy_profile: str | None,
+    calibration_file: Path | None,
 ) -> None:
     """Print the GitHub Actions strategy.matrix for a matrix, as one line of JSON.
 
     Each entry is a job: job, backend, runs-on (from the matrix's runners, or defaults),
     cells (space-separated cell ids, for `ab --cell`) and cell_count. With GITHUB_OUTPUT set,
-    also writes the step output matrix.
+    also writes the step output matrix. With a calibration (--calibration, or one in the
+    current directory), warns on stderr where a threshold of the policy is below what this
+    runner can resolve.
     """
     from suite.cli import plan as select_cells
     from suite.plan import plan
+    from suite.policy import load_policy
 
     matrix, cells, _ = select_cells(matrix_file, workloads, backends, (), size)
+    warn_below_resolution(calibration_file, cells, lambda: load_policy(policy_file, policy_profile))
     strategy = plan(matrix, cells, max_jobs=max_jobs, cells_per_job=cells_per_job)
     line = json.dumps(strategy, separators=(",", ":"))
     write_github_output({"matrix": line})

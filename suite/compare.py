@@ -13,6 +13,7 @@ from suite.errors import InputError
 from suite.gates import evaluate_cell
 from suite.policy import Policy
 from suite.results import read_run_dir, utc_now
+from suite.sequential import Design
 from suite.validation import validate
 
 # Fields of the environment record that must match for timing and memory to be comparable.
@@ -120,6 +121,17 @@ def docker_repro_line(
     return line(run_dir, run, record, cell_id)
 
 
+def design_of(base: Side, cand: Side, policy: Policy) -> Design:
+    """The sequential design the rounds ran under: an A/B records it; runs made apart
+    (`run --rounds N` on each side) are judged as a fixed design with one look at their
+    common round count."""
+    recorded = (base.run.get("ab") or {}).get("design")
+    if recorded:
+        return Design.from_dict(recorded)
+    rounds = min((len(v) for side in (base, cand) for v in side.results.values()), default=1)
+    return policy.design.fixed(max(1, rounds))
+
+
 def decide(
     base: Side,
     cand: Side,
@@ -140,12 +152,13 @@ def decide(
                 f"{side.label} ({side.run['run_id']}) was captured under policy {captured[:12]}, "
                 f"judged under {policy.sha256[:12]}"
             )
+    design = design_of(base, cand, policy)
     cells = []
     ids = list(dict.fromkeys([*base.results, *cand.results]))
     for cell_id in ids:
         b, c = base.results.get(cell_id, []), cand.results.get(cell_id, [])
         spec = (c or b)[0]["spec"]
-        gates = evaluate_cell(policy, b, c, comparable)
+        gates = evaluate_cell(policy, b, c, comparable, design)
         failing = any(g["verdict"] in ("fail", "new-failure") for g in gates)
         cells.append(
             {
@@ -169,7 +182,7 @@ def decide(
     # Checks that are not cells of the matrix (the rollback gate) join as cells of their own.
     cells.extend(c for c in extra_cells or [] if all(g["gate"] in policy.gates for g in c["gates"]))
     rows = apply_rules(policy, cells)
-    decision, reasons = overall(rows)
+    decision, reasons = overall(rows, cells)
     if diffs:
         reasons.append("not comparable: " + ", ".join(d["field"] for d in diffs) + " differ")
     if mismatches:

@@ -5,13 +5,14 @@ Every function returns plain data (a gate dict of the decision schema); nothing 
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from suite import accuracy, paired
+from suite import accuracy, sequential
 from suite.policy import Gate, Policy
-from suite.stats import NOISY_RELATIVE_IQR
+from suite.sequential import Design
 
 Record = dict[str, Any]
 FAILED = ("failed", "crashed", "timeout", "oom")
@@ -148,75 +149,139 @@ def correctness_gate(
     )
 
 
-def _timings(records: Sequence[Record]) -> list[dict[str, Any]]:
-    return [r["timing"] for r in records if r.get("timing") and _effective_status(r) == "ok"]
+# A process with fewer steady-state samples than this is flagged: its statistic rests on
+# too little data to be stable.
+MIN_SAMPLES = 20
+# Timing gates judged by the sequential paired test, and what each takes from a record.
+TIMING_GATES = ("latency_p50", "latency_p95", "throughput", "compile_time")
 
 
-def _noisy(records: Sequence[Record]) -> float:
-    values = [r["noise"]["relative_iqr"] for r in records if r.get("noise")]
-    return statistics.median(values) if values else 0.0
+def _ok(record: Record) -> bool:
+    return _effective_status(record) == "ok"
+
+
+def _round_value(record: Record, gate: str) -> float | None:
+    """The process statistic a gate pairs across sides: worse is larger, except throughput."""
+    if not _ok(record):
+        return None
+    if gate == "compile_time":
+        metric = (record.get("metrics") or {}).get("compile_cold_s") or {}
+        value = metric.get("value")
+        return float(value) if isinstance(value, (int, float)) and value > 0 else None
+    summary = (record.get("timing") or {}).get("summary")
+    if not summary:
+        return None
+    if gate == "throughput":
+        tp = record.get("throughput") or {}
+        return float(tp["value"]) if tp.get("value") else None
+    value = summary["p95" if gate == "latency_p95" else "p50"]
+    return float(value) if value > 0 else None
+
+
+def paired_rounds(
+    gate: str, base: Sequence[Record], cand: Sequence[Record]
+) -> tuple[list[float], list[float], list[float]]:
+    """(baseline values, candidate values, d) over the rounds both sides measured; d is the
+    worse-positive log ratio of round i."""
+    b = {r["round"]: v for r in base if (v := _round_value(r, gate)) is not None}
+    c = {r["round"]: v for r in cand if (v := _round_value(r, gate)) is not None}
+    rounds = sorted(b.keys() & c.keys())
+    sign = -1.0 if gate == "throughput" else 1.0
+    d = [sign * math.log(c[i] / b[i]) for i in rounds]
+    return [b[i] for i in rounds], [c[i] for i in rounds], d
+
+
+def timing_verdict(
+    gate: Gate, base: Sequence[Record], cand: Sequence[Record], design: Design
+) -> sequential.Verdict | None:
+    """The sequential verdict of one timing gate, 'continue' while more rounds may come;
+    None when the sides have no paired rounds to judge."""
+    _, _, d = paired_rounds(gate.name, base, cand)
+    if not d:
+        return None
+    assert gate.threshold is not None
+    return sequential.judge(d, gate.threshold, design)
+
+
+def _low_samples(records: Sequence[Record]) -> int:
+    return sum(
+        1
+        for r in records
+        if r.get("timing") and _ok(r) and len(r["timing"].get("samples_s") or []) < MIN_SAMPLES
+    )
+
+
+def _relative_iqr(records: Sequence[Record]) -> float | None:
+    values = [r["noise"]["relative_iqr"] for r in records if r.get("noise") and _ok(r)]
+    return statistics.median(values) if values else None
 
 
 def timing_gate(
     gate: Gate,
-    policy: Policy,
     base: Sequence[Record],
     cand: Sequence[Record],
+    design: Design,
     *,
-    stat: str,
-    throughput: bool = False,
     comparable: bool = True,
-) -> dict[str, Any]:
-    bt, ct = _timings(base), _timings(cand)
-    if not bt or not ct:
-        return gate_result(gate, "untested", "no steady-state timing on both sides")
+) -> dict[str, Any] | None:
+    b_values, c_values, d = paired_rounds(gate.name, base, cand)
+    if (
+        gate.name == "compile_time"
+        and not b_values
+        and not any((r.get("metrics") or {}).get("compile_cold_s") for r in [*base, *cand])
+    ):
+        return None  # not a compile cell: the gate does not apply
+    if not d:
+        return gate_result(gate, "untested", "no paired timing rounds on both sides")
     if not comparable:
         return gate_result(
             gate, "not-comparable", "the two sides ran on different machines or images"
         )
-    noise = max(_noisy(base), _noisy(cand))
-    b_rounds = [t["summary"][stat] for t in bt]
-    c_rounds = [t["summary"][stat] for t in ct]
-    unit = "s"
-    if throughput:
-        b_items = [r["throughput"]["items_per_iter"] for r in base if r.get("throughput")] or [1.0]
-        b_rounds = [b_items[0] / v for v in b_rounds]
-        c_rounds = [b_items[0] / v for v in c_rounds]
-        unit = next((r["throughput"]["unit"] for r in base if r.get("throughput")), "items/s")
-    numbers = {
-        "unit": unit,
-        "baseline": statistics.median(b_rounds),
-        "candidate": statistics.median(c_rounds),
-    }
-    if noise > NOISY_RELATIVE_IQR:
-        return gate_result(
-            gate,
-            "inconclusive",
-            f"too noisy to decide: relative IQR {noise:.1%} > {NOISY_RELATIVE_IQR:.0%}",
-            **numbers,
-        )
     assert gate.threshold is not None
-    change = paired.judge_change(
-        b_rounds,
-        c_rounds,
-        [s for t in bt for s in t["samples_s"]],
-        [s for t in ct for s in t["samples_s"]],
-        threshold=gate.threshold,
-        alpha=policy.alpha,
-        confidence=policy.confidence,
-        higher_is_worse=not throughput,
-        noise_floor=paired.noise_floor(b_rounds) if len(b_rounds) > 1 else None,
-        resamples=policy.resamples,
+    verdict = sequential.settle(sequential.judge(d, gate.threshold, design))
+    unit, baseline, candidate = "s", statistics.median(b_values), statistics.median(c_values)
+    change, ci = verdict.change, verdict.ci
+    if gate.name == "throughput":
+        unit = next((r["throughput"]["unit"] for r in base if r.get("throughput")), "items/s")
+        # d is worse-positive (a throughput drop); report the change of throughput itself.
+        if verdict.log_mean is not None:
+            change = sequential.ratio_change(-verdict.log_mean)
+        if verdict.log_ci is not None:
+            low, high = verdict.log_ci
+            ci = (sequential.ratio_change(-high), sequential.ratio_change(-low))
+    label = {"latency_p50": "p50", "latency_p95": "p95", "throughput": "throughput"}.get(
+        gate.name, "cold compile"
     )
+    text = f"{label} {_pct(change)}" if change is not None else label
+    if ci is not None:
+        text += f" (interval {_pct(ci[0])}..{_pct(ci[1])})"
+    text += f", {verdict.rounds} round{'s' if verdict.rounds != 1 else ''}"
+    if verdict.spread is not None:
+        text += f", spread {verdict.spread:.1%}"
+    rel = _relative_iqr([*base, *cand])
+    if rel is not None and gate.name != "compile_time":
+        text += f", rel. IQR {rel:.1%}"
+    low = _low_samples(base) + _low_samples(cand)
+    if low:
+        text += f", {low} process{'es' if low > 1 else ''} below {MIN_SAMPLES} samples"
     return gate_result(
         gate,
-        change.verdict,
-        change.message,
-        change=change.ratio.median - 1,
-        ci=[change.ratio.ci_low - 1, change.ratio.ci_high - 1],
-        p_value=change.test.p_value,
-        **numbers,
+        verdict.outcome,
+        f"{text}: {verdict.why} (±{gate.threshold * 100:.1f}%)",
+        unit=unit,
+        baseline=baseline,
+        candidate=candidate,
+        change=change,
+        ci=list(ci) if ci is not None else None,
+        rounds=verdict.rounds,
+        spread=verdict.spread,
+        needed_rounds=verdict.needed_rounds,
+        undecided=verdict.undecided,
     )
+
+
+def _pct(x: float | None) -> str:
+    return f"{x * 100:+.1f}%" if x is not None else "?"
 
 
 def _peaks(records: Sequence[Record]) -> list[int]:
@@ -275,7 +340,11 @@ def budget_gate(gate: Gate, cand: Sequence[Record]) -> dict[str, Any] | None:
 
 
 def evaluate_cell(
-    policy: Policy, base: Sequence[Record], cand: Sequence[Record], comparable: bool
+    policy: Policy,
+    base: Sequence[Record],
+    cand: Sequence[Record],
+    comparable: bool,
+    design: Design | None = None,
 ) -> list[dict[str, Any]]:
     """Every gate the policy names that applies to this cell, in the policy's order."""
     b_status, c_status = side_status(base), side_status(cand)
@@ -294,14 +363,8 @@ def evaluate_cell(
             result = status
         elif name == "correctness":
             result = correctness_gate(gate, base, cand, status)
-        elif name in ("latency_p50", "latency_p95"):
-            result = timing_gate(
-                gate, policy, base, cand, stat=name.split("_")[1], comparable=comparable
-            )
-        elif name == "throughput":
-            result = timing_gate(
-                gate, policy, base, cand, stat="p50", throughput=True, comparable=comparable
-            )
+        elif name in TIMING_GATES:
+            result = timing_gate(gate, base, cand, design or policy.design, comparable=comparable)
         elif name == "peak_memory":
             result = memory_gate(gate, base, cand, comparable)
         elif name == "memory_budget":

@@ -29,24 +29,30 @@ class Budget:
     min_sample_s: float = 0.0
 
 
+# Enough samples per process for a stable statistic: aim for min_iters (200), and past
+# max_time_s stop only once FLOOR_SAMPLES are in. Blocks of calls keep short kernels above
+# timer and scheduler jitter.
 BUDGETS: dict[str, Budget] = {
     "smoke": Budget(
         warmup_iters=3,
-        min_iters=15,
-        max_iters=400,
-        min_time_s=0.3,
-        max_time_s=1.5,
-        min_sample_s=0.005,
+        min_iters=200,
+        max_iters=2000,
+        min_time_s=0.2,
+        max_time_s=0.6,
+        min_sample_s=0.002,
     ),
     "full": Budget(
         warmup_iters=10,
-        min_iters=50,
-        max_iters=5000,
-        min_time_s=3.0,
-        max_time_s=30.0,
-        min_sample_s=0.02,
+        min_iters=200,
+        max_iters=10000,
+        min_time_s=2.0,
+        max_time_s=10.0,
+        min_sample_s=0.01,
     ),
 }
+FLOOR_SAMPLES = 20
+# Calls in the separate peak-memory pass, after the timed samples.
+MEMORY_PASS_CALLS = 3
 MAX_CALLS_PER_SAMPLE = 10_000
 
 
@@ -106,16 +112,14 @@ def run_timed(
     *,
     clock: Clock = time.perf_counter_ns,
     compiled: bool = False,
-    on_steady_start: Callable[[], None] | None = None,
-    on_steady_end: Callable[[], None] | None = None,
+    floor: int = FLOOR_SAMPLES,
 ) -> Timing:
-    """Cold call, warmup, then per-iteration samples with a device sync around each one."""
+    """Cold call, warmup, then samples of synchronized blocks of calls. Nothing else runs in
+    the timed region: memory instruments have a pass of their own (memory_pass)."""
     timing = Timing()
     timing.cold_start_s = time_call(fn, sync, clock)
     if compiled:
         timing.compile_s = timing.cold_start_s
-    if on_steady_start is not None:
-        on_steady_start()
     warm_start = clock()
     warm = [time_call(fn, sync, clock) for _ in range(budget.warmup_iters)]
     timing.warmup_iters = budget.warmup_iters
@@ -128,13 +132,30 @@ def run_timed(
         samples.append(time_block(fn, sync, clock, calls))
         elapsed = (clock() - begin) / 1e9
         enough = len(samples) >= budget.min_iters and elapsed >= budget.min_time_s
-        if enough or len(samples) >= budget.max_iters or elapsed >= budget.max_time_s:
+        out_of_time = elapsed >= budget.max_time_s and len(samples) >= min(floor, budget.max_iters)
+        if enough or len(samples) >= budget.max_iters or out_of_time:
             break
     timing.timed_s = (clock() - begin) / 1e9
-    if on_steady_end is not None:
-        on_steady_end()
     timing.samples_s = samples
     return timing
+
+
+def memory_pass(
+    fn: Callable[[], Any],
+    sync: Callable[[], None],
+    start: Callable[[], None],
+    stop: Callable[[], None],
+    calls: int = MEMORY_PASS_CALLS,
+) -> None:
+    """Steady-state calls under the memory tracker, apart from (after) the timed samples."""
+    sync()
+    start()
+    try:
+        for _ in range(calls):
+            fn()
+        sync()
+    finally:
+        stop()
 
 
 def timer_overhead_s(clock: Clock = time.perf_counter_ns, repeats: int = 20000) -> float:

@@ -1,6 +1,6 @@
 """Gates computed from workload metrics and saved outputs rather than timing.
 
-compile_time, graph_breaks, recompiles (compile workload), export (export workload),
+graph_breaks, recompiles (compile workload), export (export workload),
 determinism (determinism workload) and drift (any workload that saves outputs).
 """
 
@@ -37,27 +37,6 @@ def _both(
         side = "baseline" if b is None else "candidate"
         return gate_result(gate, "untested", f"no {name} on the {side} side")
     return b, c
-
-
-def compile_time(
-    gate: Gate, base: Sequence[Record], cand: Sequence[Record]
-) -> dict[str, Any] | None:
-    both = _both(gate, base, cand, "compile_cold_s")
-    if not isinstance(both, tuple):
-        return both
-    b, c = float(both[0]), float(both[1])
-    change = c / b - 1 if b > 0 else 0.0
-    numbers = {"unit": "s", "baseline": b, "candidate": c, "change": change}
-    warm = _metric(cand, "compile_warm_s")
-    text = f"cold compile {b:.2f}s -> {c:.2f}s ({change:+.1%})" + (
-        f", warm {warm:.2f}s" if warm else ""
-    )
-    threshold = gate.threshold if gate.threshold is not None else 0.0
-    if change > threshold:
-        return gate_result(gate, "fail", f"{text} > threshold {threshold:.0%}", **numbers)
-    if change < -threshold:
-        return gate_result(gate, "improved", text, **numbers)
-    return gate_result(gate, "pass", text, **numbers)
 
 
 def _counts(name: str, reasons: str) -> GateFn:
@@ -192,7 +171,6 @@ def drift(gate: Gate, base: Sequence[Record], cand: Sequence[Record]) -> dict[st
 
 
 METRIC_GATES: dict[str, GateFn] = {
-    "compile_time": compile_time,
     "graph_breaks": _counts("graph_breaks", "graph_break_reasons"),
     "recompiles": _counts("recompiles", "recompile_reasons"),
     "export": export,

@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from suite.errors import InputError
+from suite.sequential import DEFAULT_FAIL_LEVEL, DEFAULT_LOOKS, DEFAULT_PASS_LEVEL, Design
 from suite.validation import load_document, validate
 
 DEFAULT_POLICY_NAME = "<built-in default policy>"
@@ -71,9 +72,7 @@ class Policy:
     gates: dict[str, Gate]
     rules: tuple[Rule, ...]
     isolatable: tuple[str, ...]
-    alpha: float
-    confidence: float
-    resamples: int
+    design: Design
 
     def is_isolatable(self, workload: str, backend: str) -> bool:
         row = f"{workload}@{backend}"
@@ -167,7 +166,22 @@ def load_policy(path: Path | None, profile: str | None) -> Policy:
         gates={g: _gate(g, r) for g, r in raw["gates"].items()},
         rules=tuple(_rule(r) for r in rules),
         isolatable=tuple(raw.get("isolatable", ())),
-        alpha=float(stats.get("alpha", 0.01)),
-        confidence=float(stats.get("confidence", 0.95)),
-        resamples=int(stats.get("resamples", 2000)),
+        design=_design(stats, file, f"$.profiles.{name}.statistics"),
+    )
+
+
+def _design(stats: dict[str, Any], file: str, where: str) -> Design:
+    looks = tuple(stats.get("looks", DEFAULT_LOOKS))
+    if list(looks) != sorted(set(looks)):
+        raise InputError(
+            f"looks must be strictly increasing round counts, got {list(looks)}",
+            file=file,
+            path=f"{where}.looks",
+        )
+    budget = stats.get("budget_s")
+    return Design(
+        looks=looks,
+        fail_level=float(stats.get("fail_level", DEFAULT_FAIL_LEVEL)),
+        pass_level=float(stats.get("pass_level", DEFAULT_PASS_LEVEL)),
+        budget_s=float(budget) if budget is not None else None,
     )

@@ -50,6 +50,13 @@ def cell_file(run_dir: Path, cell_id: str, round_no: int = 0) -> Path:
     return run_dir / "cells" / f"{cell_id}{suffix}.json"
 
 
+def record_wall_s(record: dict[str, Any]) -> float:
+    """What one worker cost: the parent's wall time, process start and exit included, else
+    the worker's own. The time budget of an A/B is charged with this."""
+    harness = record.get("harness") or {}
+    return float(harness["parent_wall_s"] if "parent_wall_s" in harness else record["wall_s"])
+
+
 def tail(text: str, limit: int = STDERR_TAIL_CHARS) -> str:
     return text if len(text) <= limit else "…" + text[-limit:]
 

@@ -128,8 +128,11 @@ def rehearsal(
     )  # fmt: skip
     run = Run(matrix, options, cells, resolved, extra={"label": baseline.label, "side": "baseline"})
     ready_s = time.perf_counter() - start
-    for spec in cells:
-        run.execute(spec, 0)
+    try:
+        for spec in cells:
+            run.execute(spec, 0)
+    finally:
+        run.close()
     run.finish()
     total = time.perf_counter() - start
     timing = {

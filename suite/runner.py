@@ -4,6 +4,7 @@ and keep run.json current so that a killed run can be resumed without losing or 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shlex
@@ -18,6 +19,7 @@ from typing import Any
 
 from suite import __version__
 from suite.errors import EnvironmentProblem, InputError
+from suite.forkclient import ForkServer, fork_launcher_enabled
 from suite.launch import Launcher, Outcome, read_tail, run_process
 from suite.matrix import Matrix, expand
 from suite.progress import Progress
@@ -27,6 +29,7 @@ from suite.results import (
     new_run_id,
     read_result,
     read_run,
+    record_wall_s,
     utc_now,
     write_result,
     write_run,
@@ -36,9 +39,9 @@ from suite.validation import validate
 from suite.workloads import Resolved
 
 PROBE_TIMEOUT_S = 300.0
-# glibc otherwise raises its mmap threshold after the first large free, and freed tensors then
-# stay in the heap: RSS would no longer show what a cell really holds.
-WORKER_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072", "PYTHONUNBUFFERED": "1"}
+# Workers time what users' code would see: the allocator and threads keep torch's defaults
+# (the peak-memory pass sets what it needs, after the timed samples).
+WORKER_ENV = {"PYTHONUNBUFFERED": "1"}
 FAILED_STATUSES = ("failed", "crashed", "timeout", "oom")
 
 
@@ -129,10 +132,12 @@ def _short_hash(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def probe_environment(options: RunOptions, log_dir: Path) -> dict[str, Any]:
+def probe_environment(
+    options: RunOptions, log_dir: Path, launcher: Launcher | None = None
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="torch-matrix-probe-") as tmp:
         out = Path(tmp) / "env.json"
-        outcome = options.launcher(
+        outcome = (launcher or options.launcher)(
             [options.interpreter, "-m", "suite.worker", "probe", "--out", str(out)],
             log_path=log_dir / "probe.log",
             timeout_s=PROBE_TIMEOUT_S,
@@ -317,6 +322,7 @@ def run_cell(
     options: RunOptions,
     env: dict[str, str],
     round_no: int,
+    launcher: Launcher | None = None,
 ) -> dict[str, Any]:
     path = cell_file(run_dir, spec.cell_id, round_no)
     path.unlink(missing_ok=True)
@@ -331,7 +337,7 @@ def run_cell(
     shutil.rmtree(cache, ignore_errors=True)
     env = {**env, "TORCHINDUCTOR_CACHE_DIR": str(cache)}
     try:
-        outcome = options.launcher(
+        outcome = (launcher or options.launcher)(
             argv, log_path=log, timeout_s=timeout, env=env, memory_limit_bytes=memory_limit
         )
     finally:
@@ -382,10 +388,21 @@ class Run:
             raise EnvironmentProblem(f"cannot create output directory {self.dir}: {exc}") from exc
         for stale in self.dir.glob("cells/.*.tmp"):
             stale.unlink(missing_ok=True)
-        self.environment = environment or probe_environment(options, self.dir / "logs")
+        self.worker_env = worker_env(options)
+        self.launcher: Launcher = options.launcher
+        self._server: ForkServer | None = None
+        if options.launcher is run_process and fork_launcher_enabled():
+            # A worker forked from a pre-imported server costs a fork, not an interpreter
+            # start and `import torch`: rounds become cheap, and each is still its own process.
+            self._server = ForkServer(
+                options.interpreter, self.worker_env, self.dir / "logs" / "forkserver.log"
+            )
+            self.launcher = self._server
+        self.environment = environment or probe_environment(
+            options, self.dir / "logs", self.launcher
+        )
         self.torch_version = self.environment["torch"]["version"]
         self.run_id = existing["run_id"] if existing else (options.run_id or new_run_id())
-        self.worker_env = worker_env(options)
         commit, dirty = suite_commit()
         resumed = [*existing.get("resumed_at", []), utc_now()] if existing else []
         self.doc: dict[str, Any] = {
@@ -426,12 +443,47 @@ class Run:
         }
         self.doc.update(extra or {})
         self._index = {(c["cell_id"], c["round"]): c for c in self.doc["cells"]}
+        self._records: dict[tuple[str, int], dict[str, Any]] = {}
         write_run(self.path, self.doc)
+
+    def reusable(self, spec: CellSpec, round_no: int) -> dict[str, Any] | None:
+        """The valid record --resume would keep for this round, if any."""
+        if not self.options.resume:
+            return None
+        return _reusable(cell_file(self.dir, spec.cell_id, round_no), spec, self.torch_version)
+
+    def discard(self, spec: CellSpec, round_no: int) -> None:
+        """Forget a round of a cell (its record file too), so that it runs again."""
+        cell_file(self.dir, spec.cell_id, round_no).unlink(missing_ok=True)
+        self._records.pop((spec.cell_id, round_no), None)
+
+    def records(self, spec: CellSpec) -> list[dict[str, Any]]:
+        """This run's records of the cell so far, in round order."""
+        return [d for (cid, _), d in sorted(self._records.items()) if cid == spec.cell_id]
+
+    def spent_s(self) -> float:
+        """Worker wall time of the rounds so far, as the records state it."""
+        return math.fsum(record_wall_s(d) for d in self._records.values())
+
+    def _entry(self, spec: CellSpec, round_no: int) -> dict[str, Any]:
+        key = (spec.cell_id, round_no)
+        if key not in self._index:  # rounds added look by look
+            entry = {
+                "cell_id": spec.cell_id,
+                "status": "pending",
+                "file": str(cell_file(self.dir, spec.cell_id, round_no).relative_to(self.dir)),
+                "wall_s": None,
+                "round": round_no,
+            }
+            self.doc["cells"].append(entry)
+            self._index[key] = entry
+        entry_found: dict[str, Any] = self._index[key]
+        return entry_found
 
     def execute(self, spec: CellSpec, round_no: int) -> tuple[dict[str, Any], bool]:
         """Run one cell (or keep its valid record when resuming); returns (record, reused)."""
         path = cell_file(self.dir, spec.cell_id, round_no)
-        doc = _reusable(path, spec, self.torch_version) if self.options.resume else None
+        doc = self.reusable(spec, round_no)
         reused = doc is not None
         if doc is None:
             availability = self.environment["backends"].get(spec.backend, {})
@@ -451,12 +503,21 @@ class Run:
             else:
                 if self.options.progress is not None:
                     self.options.progress.starting(spec.cell_id)
-                doc = run_cell(spec, self.run_id, self.dir, self.options, self.worker_env, round_no)
+                doc = run_cell(
+                    spec,
+                    self.run_id,
+                    self.dir,
+                    self.options,
+                    self.worker_env,
+                    round_no,
+                    self.launcher,
+                )
         # The parent's view of the cell's wall time: process start and teardown included.
         harness = doc.get("harness") or {}
-        self._index[(spec.cell_id, round_no)].update(
+        self._entry(spec, round_no).update(
             status=doc["status"], wall_s=harness.get("parent_wall_s", doc["wall_s"])
         )
+        self._records[(spec.cell_id, round_no)] = doc
         write_run(self.path, self.doc)
         return doc, reused
 
@@ -468,7 +529,7 @@ class Run:
         result = trace_dir / f"{stem}.result.json"
         argv = worker_argv(self.options.interpreter, spec, result, self.run_id, 0)
         argv += ["--trace", str(trace)]
-        self.options.launcher(
+        self.launcher(
             argv,
             log_path=trace_dir / f"{stem}.log",
             timeout_s=self.options.timeout_s or spec.timeout_s,
@@ -479,6 +540,11 @@ class Run:
     def finish(self, status: str = "complete") -> None:
         self.doc.update(status=status, finished_at=utc_now())
         write_run(self.path, self.doc)
+
+    def close(self) -> None:
+        """Stop this run's fork server; a later call starts a new one."""
+        if self._server is not None:
+            self._server.close()
 
 
 def run_matrix(
@@ -503,6 +569,8 @@ def run_matrix(
     except BaseException:
         run.finish("interrupted")
         raise
+    finally:
+        run.close()
     run.finish()
     progress.done()
     return RunSummary(run.run_id, run.dir, statuses)

@@ -24,7 +24,15 @@ from typing import TYPE_CHECKING, Any
 
 from suite import accuracy, stats
 from suite.backends import Backend, MemoryTracker, get, mps_fallback_enabled
-from suite.measure import BUDGETS, Budget, Timing, run_timed, timer_overhead_s
+from suite.measure import (
+    BUDGETS,
+    FLOOR_SAMPLES,
+    Budget,
+    Timing,
+    memory_pass,
+    run_timed,
+    timer_overhead_s,
+)
 from suite.results import atomic_write_json, base_result, utc_now, write_result
 from suite.spec import CellSpec
 from suite.workloads.base import CellContext, ParamValue, Skip, Unsupported
@@ -91,14 +99,10 @@ class WorkerContext(CellContext):
             # would let one rank start a collective that the others never join.
             count = budget.min_iters
             budget = Budget(budget.warmup_iters, count, count, 0.0, float("inf"))
-        self.timing = run_timed(
-            fn,
-            self.backend.sync,
-            budget,
-            compiled=compiled,
-            on_steady_start=self.tracker.start,
-            on_steady_end=self.tracker.stop,
-        )
+        self.timing = run_timed(fn, self.backend.sync, budget, compiled=compiled)
+        # Peak memory comes from its own pass: its allocator settings and sampler thread would
+        # change the timings they ran beside.
+        memory_pass(fn, self.backend.sync, self.tracker.start, self.tracker.stop)
         self.items_per_iter = float(items_per_iter)
         self.unit = unit
         self.step = fn
@@ -316,11 +320,15 @@ def _fill_measurements(doc: dict[str, Any], ctx: WorkerContext) -> None:
         timing = ctx.timing.as_dict()
         doc["timing"] = timing
         rel = timing["summary"]["relative_iqr"]
+        count = len(timing["samples_s"])
         doc["noise"] = {
             "relative_iqr": rel,
             "grade": stats.noise_grade(rel),
             "threshold": stats.NOISY_RELATIVE_IQR,
+            "samples": count,
+            "low_samples": count < FLOOR_SAMPLES,
         }
+        doc["threads"] = _threads()
         if ctx.items_per_iter:
             doc["throughput"] = {
                 "unit": ctx.unit or "items/s",
@@ -332,6 +340,22 @@ def _fill_measurements(doc: dict[str, Any], ctx: WorkerContext) -> None:
     doc["correctness"] = _correctness(ctx.checks)
     doc["metrics"] = ctx.metrics
     doc["warnings"] = ctx.warnings
+
+
+_THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "KMP_AFFINITY")
+
+
+def _threads() -> dict[str, Any]:
+    """Thread counts and CPU affinity the timed samples ran with."""
+    import torch
+
+    affinity = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    return {
+        "intra_op": torch.get_num_threads(),
+        "inter_op": torch.get_num_interop_threads(),
+        "affinity": affinity,
+        "env": {k: os.environ[k] for k in _THREAD_VARS if k in os.environ},
+    }
 
 
 def write_trace(ctx: WorkerContext, path: Path) -> None:
@@ -448,6 +472,7 @@ def run_cell(
         "workload_s": workload_s,
         "timed_s": ctx.timing.timed_s if ctx is not None and ctx.timing is not None else 0.0,
         "timer_overhead_s": timer_overhead_s(repeats=2000),
+        "forked": os.environ.get("TORCH_MATRIX_FORKED") == "1",
     }
     if ctx is not None:
         # Keeping outputs and traces is evidence on top of the measurement: if it breaks, the

@@ -4,17 +4,20 @@ the policy hash check and not-comparable environments."""
 from __future__ import annotations
 
 import copy
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from suite.compare import Side, decide
-from suite.decide import exit_code
+from suite.decide import TIMING_GATES, apply_rules, exit_code, overall
 from suite.errors import InputError
 from suite.policy import load_policy
 from tests.helpers import cli
-from tests.synthetic import ENV, Cell, make_run
+from tests.synthetic import ENV, Cell, make_run, research_decision
+
+TO = "\u2013"  # the en dash between the ends of a range
 
 
 def _decide(
@@ -65,7 +68,7 @@ def test_latency_regression_fails_and_defers(tmp_path: Path) -> None:
     gate = _gate(d, "w.a@cpu", "latency_p50")
     assert gate["verdict"] == "fail"
     assert gate["change"] == pytest.approx(0.3, abs=0.02)
-    assert gate["ci"][0] > 0.15 and gate["p_value"] < 0.01
+    assert gate["ci"][0] > 0.15 and gate["rounds"] == 3
     assert _gate(d, "w.a@cpu", "throughput")["verdict"] == "fail"
     assert d["decision"] == "defer"
     assert any("performance gate regressed" in r for r in d["reasons"])
@@ -82,7 +85,8 @@ def test_noisy_cell_is_inconclusive_not_pass_or_fail(tmp_path: Path) -> None:
     d = _decide(tmp_path, [Cell(spread=0.5)], [Cell(level_s=0.013, spread=0.5)])
     gate = _gate(d, "w.a@cpu", "latency_p50")
     assert gate["verdict"] == "inconclusive"
-    assert "too noisy" in gate["message"]
+    assert gate["undecided"] == "noise" and gate["spread"] > 0.01
+    assert "not resolved by the last look (3 rounds)" in gate["message"]
 
 
 def test_required_inconclusive_on_fleet_defers(tmp_path: Path) -> None:
@@ -96,7 +100,9 @@ def test_required_inconclusive_on_fleet_defers(tmp_path: Path) -> None:
 def test_too_few_samples_are_inconclusive(tmp_path: Path) -> None:
     d = _decide(tmp_path, [Cell(samples=1)], [Cell(samples=1, level_s=0.02)], rounds=1)
     gate = _gate(d, "w.a@cpu", "latency_p50")
-    assert gate["verdict"] == "inconclusive" and "cannot reach" in gate["message"]
+    # A doubling, but from one round: a single round never decides.
+    assert gate["verdict"] == "inconclusive" and gate["undecided"] == "rounds"
+    assert "2 processes below 20 samples" in gate["message"]
 
 
 def test_new_failure_on_fleet_backend_rolls_back(tmp_path: Path) -> None:
@@ -309,3 +315,122 @@ def test_optional_dependency_skipped_on_both_is_not_missing_evidence(tmp_path: P
     serving = decide(Side.load(b), Side.load(c), load_policy(None, "inference-service"))
     assert _gate(serving, "export.onnx@cpu", "export")["verdict"] == "unsupported"
     assert serving["decision"] == "defer"
+
+
+def _g(name: str, verdict: str, **numbers: Any) -> dict[str, Any]:
+    return {"gate": name, "verdict": verdict, "severity": "soft", "message": "m", **numbers}
+
+
+def _headline(*cells: list[dict[str, Any]], profile: str = "research") -> tuple[str, list[str]]:
+    docs = [
+        {
+            "cell_id": f"w.c{i}@cpu",
+            "row_id": "w@cpu",
+            "workload": "w",
+            "backend": "cpu",
+            "lane": "production",
+            "baseline_status": "ok",
+            "candidate_status": "ok",
+            "gates": [_g("status", "pass"), *gates],
+        }
+        for i, gates in enumerate(cells)
+    ]
+    return overall(apply_rules(load_policy(None, profile), docs), docs)
+
+
+def test_inconclusive_timing_is_never_called_a_pass() -> None:
+    decision, reasons = _headline(
+        [
+            _g(
+                "latency_p50",
+                "inconclusive",
+                rounds=20,
+                spread=0.09,
+                needed_rounds=60,
+                undecided="noise",
+            ),
+            _g("throughput", "inconclusive", rounds=9, spread=0.05, undecided="budget"),
+        ],
+        [
+            _g("latency_p50", "pass", rounds=6, spread=0.02),
+            _g("throughput", "inconclusive", rounds=1, undecided="rounds"),
+        ],
+    )
+    # The research profile lets inconclusive soft gates through: adopt, but not "pass".
+    assert decision == "adopt"
+    assert reasons == [
+        "no rule blocks any of 1 row: 1 has gates that did not pass (3 inconclusive)",
+        "latency_p50 decided in 1 of 2 cells (1 pass) after 6 rounds; 1 inconclusive "
+        "(1 too noisy: spread 9.0% after 20 rounds, ≈60 rounds needed)",
+        "throughput decided in 0 of 2 cells; 2 inconclusive "
+        "(1 out of time: spread 5.0% after 9 rounds; 1 too few rounds after 1 round)",
+    ]
+
+
+def test_headline_counts_match_the_gates() -> None:
+    doc = research_decision()
+    assert doc["decision"] == "adopt" and len(doc["rows"]) == 17
+    first, *timing = doc["reasons"]
+    assert first == (
+        "no rule blocks any of 17 rows: 2 pass every gate; 3 have gates that did not pass "
+        "(1 fail, 14 inconclusive, 2 unsupported, 4 untested); 12 measured nothing "
+        "(every gate untested)"
+    )
+    assert not any("all" in r and "pass" in r for r in doc["reasons"])
+    assert [r.split(" ", 1)[0] for r in timing] == ["latency_p50", "latency_p95", "throughput"]
+    for name, line in zip(TIMING_GATES, timing, strict=False):
+        gates = [g for c in doc["cells"] for g in c["gates"] if g["gate"] == name]
+        count = Counter(g["verdict"] for g in gates)
+        decided = count["pass"] + count["improved"] + count["fail"]
+        assert line.startswith(f"{name} decided in {decided} of {len(gates)} cells (")
+        assert f"; {count['inconclusive']} inconclusive (" in line
+        assert line.endswith(f"; {count['untested']} untested")
+        noisy = sum(g.get("undecided") == "noise" for g in gates)
+        late = sum(g.get("undecided") == "budget" for g in gates)
+        assert (
+            f"({noisy} too noisy: spread 8.4{TO}12% after 20 rounds, ≈49{TO}96 rounds needed"
+            in line
+        )
+        assert f"; {late} out of time: spread " in line
+    assert timing[0] == (
+        f"latency_p50 decided in 7 of 52 cells (6 pass, 1 improved) after 6{TO}10 rounds; "
+        f"5 inconclusive (3 too noisy: spread 8.4{TO}12% after 20 rounds, ≈49{TO}96 rounds needed; "
+        f"2 out of time: spread 5.2{TO}6.4% after 9{TO}14 rounds, ≈24{TO}31 rounds needed); "
+        "40 untested"
+    )
+
+
+def test_every_gate_passing_says_so_with_its_rounds() -> None:
+    decision, reasons = _headline(
+        [_g("latency_p50", "pass", rounds=8)], [_g("latency_p50", "improved", rounds=12)]
+    )
+    assert decision == "adopt"
+    assert reasons == [
+        "the only row passes every gate",
+        f"latency_p50 decided in 2 of 2 cells (1 pass, 1 improved) after 8{TO}12 rounds",
+    ]
+
+
+def test_other_decisions_add_the_timing_lines() -> None:
+    decision, reasons = _headline(
+        [_g("latency_p50", "fail", rounds=10)], [_g("latency_p50", "untested")]
+    )
+    assert decision == "defer"
+    assert reasons[0].startswith("w@cpu → defer: w.c0@cpu: latency_p50 fail")
+    assert reasons[1:] == [
+        "latency_p50 decided in 1 of 2 cells (1 fail) after 10 rounds; 1 untested"
+    ]
+
+
+def test_old_records_without_rounds_still_count() -> None:
+    _, reasons = _headline([_g("latency_p95", "inconclusive")], [_g("latency_p95", "pass")])
+    assert reasons[1] == (
+        "latency_p95 decided in 1 of 2 cells (1 pass); 1 inconclusive (1 cause not recorded)"
+    )
+
+
+def test_headline_without_cells_still_does_not_claim_a_pass(tmp_path: Path) -> None:
+    d = _decide(tmp_path, [Cell(spread=0.5)], [Cell(spread=0.5)])
+    assert d["decision"] == "adopt"
+    assert d["reasons"][0].startswith("no rule blocks any of 1 row: 1 has gates that did not pass")
+    assert "inconclusive" in d["reasons"][0]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from suite.measure import Budget, run_timed
+from suite.measure import FLOOR_SAMPLES, MEMORY_PASS_CALLS, Budget, memory_pass, run_timed
 
 
 class FakeClock:
@@ -33,11 +33,19 @@ def test_cold_start_and_warmup_are_kept_out_of_samples() -> None:
     assert len(syncs) == 2 * (1 + 2 + 5)  # a sync before and after every call
 
 
-def test_sampling_stops_at_max_time() -> None:
+def test_past_max_time_sampling_goes_on_to_the_floor() -> None:
+    # A 1 s call is not timed 3 or 4 times: past max_time the loop still collects the floor.
     clock = FakeClock([1_000_000_000])
     budget = Budget(warmup_iters=0, min_iters=100, max_iters=1000, min_time_s=0, max_time_s=3.5)
-    timing = run_timed(clock.fn, lambda: None, budget, clock=clock)
-    assert len(timing.samples_s) == 4
+    assert len(run_timed(clock.fn, lambda: None, budget, clock=clock).samples_s) == FLOOR_SAMPLES
+    fewer = run_timed(clock.fn, lambda: None, budget, clock=clock, floor=2)
+    assert len(fewer.samples_s) == 4  # the floor reached, max_time stops it
+
+
+def test_sampling_stops_at_max_time_once_the_floor_is_in() -> None:
+    clock = FakeClock([10_000_000])  # 10 ms
+    budget = Budget(warmup_iters=0, min_iters=500, max_iters=1000, min_time_s=0, max_time_s=0.5)
+    assert len(run_timed(clock.fn, lambda: None, budget, clock=clock).samples_s) == 50
 
 
 def test_sampling_needs_both_minimums() -> None:
@@ -47,7 +55,7 @@ def test_sampling_needs_both_minimums() -> None:
     assert len(timing.samples_s) == 10
 
 
-def test_memory_hooks_bracket_warmup_and_samples() -> None:
+def test_memory_is_measured_in_its_own_pass_after_the_samples() -> None:
     clock = FakeClock([1_000])
     events: list[str] = []
 
@@ -56,15 +64,10 @@ def test_memory_hooks_bracket_warmup_and_samples() -> None:
         events.append("call")
 
     budget = Budget(warmup_iters=1, min_iters=2, max_iters=2, min_time_s=0, max_time_s=1)
-    run_timed(
-        fn,
-        lambda: None,
-        budget,
-        clock=clock,
-        on_steady_start=lambda: events.append("start"),
-        on_steady_end=lambda: events.append("end"),
-    )
-    assert events == ["call", "start", "call", "call", "call", "end"]
+    run_timed(fn, lambda: None, budget, clock=clock, floor=0)
+    assert events == ["call"] * 4  # cold, warmup, two samples: no instrument among them
+    memory_pass(fn, lambda: None, lambda: events.append("start"), lambda: events.append("end"))
+    assert events[4:] == ["start", *["call"] * MEMORY_PASS_CALLS, "end"]
 
 
 def test_fast_calls_are_timed_in_blocks() -> None:

@@ -30,6 +30,7 @@ from suite.report.escape import ZWJ, code_block, html_text, md
 from suite.report.table import format_bytes, format_seconds, format_value
 from suite.validation import validate
 from tests.helpers import TESTS
+from tests.synthetic import research_decision
 
 GOLDEN = TESTS / "golden"
 SHA = "0123456789abcdef" * 4
@@ -352,10 +353,19 @@ def assert_tables_intact(text: str) -> int:
     return lines
 
 
-@pytest.mark.parametrize("name", ["rollback", "adopt"])
+def research_record() -> dict[str, Any]:
+    """The research-profile A/B on a CPU runner, with a fixed policy hash for the golden."""
+    doc = research_decision()
+    doc["policy"]["sha256"] = SHA
+    return doc
+
+
+RECORDS = {"rollback": rollback_record, "adopt": adopt_record, "research": research_record}
+
+
+@pytest.mark.parametrize("name", list(RECORDS))
 def test_markdown_matches_golden(name: str) -> None:
-    doc = rollback_record() if name == "rollback" else adopt_record()
-    text = render_markdown(doc)
+    text = render_markdown(RECORDS[name]())
     path = GOLDEN / f"decision_{name}.md"
     if os.environ.get("UPDATE_GOLDEN") == "1":
         path.parent.mkdir(exist_ok=True)
@@ -382,6 +392,107 @@ def test_markdown_structure() -> None:
     # lane tables (header, rule, rows) + one gate table per attention cell
     assert assert_tables_intact(text) == (2 + 3) + (2 + 1) + sum(
         2 + len(c["gates"]) for c in attention
+    )
+
+
+def table_rows(text: str) -> list[str]:
+    """The first column of every lane-table body row."""
+    return [
+        line.split(" | ")[0].removeprefix("| ")
+        for line in text.split("### Cells needing attention")[0].split("\n")
+        if line.startswith("| ") and not line.startswith(("| Row ", "| Gate ", "| ---"))
+    ]
+
+
+def test_absent_backend_rows_collapse_into_one_line() -> None:
+    doc = research_record()
+    text = render_markdown(doc)
+    absent = [r["row_id"] for r in doc["rows"] if r["backend"] in ("cuda", "rocm", "mps")]
+    assert len(doc["rows"]) == 17 and len(absent) == 12
+    rows = table_rows(text)
+    assert rows == [
+        "flex\\_attention@cpu",
+        "sdpa@cpu",
+        "linear\\_cross\\_entropy@cpu",
+        "mlp\\_train@cpu",
+        "rollback@any",
+    ]
+    assert not any("cuda" in r or "rocm" in r or "mps" in r for r in rows)
+    line = next(x for x in text.split("\n") if x.startswith("No evidence on "))
+    assert line == (
+        "No evidence on cuda, rocm, mps \\(every cell skipped on both sides\\): 12 rows left out "
+        "of the tables — flex\\_attention, sdpa, linear\\_cross\\_entropy, mlp\\_train on each"
+    )
+    # The tables and the line are the only places rows are named: no section for them either.
+    assert "@cuda" not in text and "@mps" not in text
+
+
+def test_absent_rows_on_different_backends_are_grouped() -> None:
+    doc = research_record()
+    # sdpa ran on cuda this time: its cuda row has evidence and keeps its table row.
+    for c in doc["cells"]:
+        if c["row_id"] == "sdpa@cuda":
+            c["baseline_status"] = "ok"
+    text = render_markdown(doc)
+    assert "sdpa@cuda" in table_rows(text)
+    assert (
+        "11 rows left out of the tables — flex\\_attention, linear\\_cross\\_entropy, "
+        "mlp\\_train on cuda, rocm, mps; sdpa on rocm, mps"
+    ) in text
+
+
+def test_inconclusive_only_cells_are_listed_not_sectioned() -> None:
+    doc = research_record()
+    text = render_markdown(doc)
+    summaries = re.findall(r"<details><summary>(\S+) ", text)
+    # The one cell with a fail keeps its section; its inconclusive gates are shown there.
+    assert summaries == ["flex_attention.causal.compiled.bf16@cpu"]
+    assert "fail: latency_p95; inconclusive: latency_p50, throughput" in text
+    undecided = text.split("**Undecided, 4 cells**")[1]
+    assert "<details>" not in undecided
+    entries = [line for line in undecided.split("\n") if line.startswith("- ")]
+    assert entries[0] == (
+        "- flex\\_attention\\.document@cpu: latency\\_p50 \\+6\\.1%, latency\\_p95 \\+7\\.9%, "
+        "throughput \\-6\\.1% \\(spread 9\\.2%, 20 rounds, too noisy, ≈58 rounds needed\\)"
+    )
+    assert entries[-1] == (
+        "- mlp\\_train\\.default@cpu: latency\\_p50 \\-0\\.8%, latency\\_p95 \\-1\\.0%, "
+        "throughput \\+0\\.8% \\(spread 6\\.4%, 9 rounds, out of time, ≈24 rounds needed\\)"
+    )
+    only_inconclusive = [
+        c["cell_id"]
+        for c in doc["cells"]
+        if {g["verdict"] for g in c["gates"]} & {"fail", "new-failure", "not-comparable"} == set()
+        and any(g["verdict"] == "inconclusive" for g in c["gates"])
+    ]
+    assert len(entries) == len(only_inconclusive) == 4
+    for cell_id, entry in zip(only_inconclusive, entries, strict=True):
+        assert entry.startswith(f"- {md(cell_id)}: ")
+
+
+def test_undecided_list_is_capped_and_names_what_holds_the_decision() -> None:
+    doc = research_record()
+    template = next(c for c in doc["cells"] if c["cell_id"] == "mlp_train.default@cpu")
+    for i in range(12):
+        extra = copy.deepcopy(template)
+        extra["cell_id"] = f"mlp_train.extra{i}@cpu"
+        doc["cells"].append(extra)
+    template["gates"][2]["decision"] = "defer"  # as when latency evidence is required
+    text = render_markdown(doc)
+    entries = [line for line in text.split("**Undecided, 16 cells**")[1].split("\n") if line]
+    assert entries[1].startswith("- mlp\\_train\\.default@cpu:") and entries[1].endswith(" → defer")
+    assert len(entries) == 1 + 10 + 1 and entries[-1] == "- and 6 more"
+
+
+def test_old_records_without_rounds_fall_back_to_the_message() -> None:
+    doc = research_record()
+    for c in doc["cells"]:
+        for g in c["gates"]:
+            for key in ("rounds", "spread", "needed_rounds", "undecided"):
+                g.pop(key, None)
+    text = render_markdown(doc)
+    assert (
+        "- mlp\\_train\\.default@cpu: latency\\_p50 \\-0\\.8% \\(p50 \\-0\\.8% \\(interval " in text
     )
 
 
@@ -446,6 +557,19 @@ def test_markdown_truncates_to_limit(limit: int) -> None:
         assert_tables_intact(outside_code(text))
 
 
+def test_truncation_cuts_the_undecided_list_before_sections() -> None:
+    doc = research_record()
+    full = render_markdown(doc)
+    text = render_markdown(doc, max_chars=len(full) - 1, full_report_url=URL)
+    assert len(text) < len(full)
+    assert "**Undecided" not in text and text.count("<details>") == 1
+    assert "the list of undecided cells, 0 of 1 cell sections and 0 of 5 table rows" in text
+    assert "No evidence on cuda, rocm, mps" in text
+    smaller = render_markdown(doc, max_chars=2500, full_report_url=URL)
+    assert len(smaller) <= 2500 and "<details>" not in smaller
+    assert "1 of 1 cell sections" in smaller
+
+
 def test_markdown_without_limit_or_when_it_fits_is_untouched() -> None:
     doc = rollback_record()
     full = render_markdown(doc)
@@ -480,6 +604,38 @@ def test_table_shows_decision_and_rows() -> None:
     for r in doc["rows"]:
         assert r["row_id"] in text
     assert "\x1b" not in text and "Prototype lane" in text
+
+
+def test_table_collapses_absent_backend_rows() -> None:
+    doc = research_record()
+    text = render_table(doc)
+    tables, line = text.rstrip("\n").rsplit("\n", 1)
+    assert "@cuda" not in tables and "@rocm" not in tables and "@mps" not in tables
+    assert "sdpa@cpu" in tables and "rollback@any" in tables
+    assert text.endswith(
+        "\nNo evidence on cuda, rocm, mps (every cell skipped on both sides): 12 rows left out of "
+        "the tables — flex_attention, sdpa, linear_cross_entropy, mlp_train on each\n"
+    )
+    assert line.startswith("No evidence on ")
+
+
+def test_hostile_names_in_collapsed_lines_are_escaped() -> None:
+    doc = research_record()
+    for c in doc["cells"]:
+        if c["workload"] in ("sdpa", "mlp_train"):
+            c["workload"] = HOSTILE + c["workload"]
+            c["cell_id"] = HOSTILE + c["cell_id"]
+            c["row_id"] = HOSTILE + c["row_id"]
+    for r in doc["rows"]:
+        if r["workload"] in ("sdpa", "mlp_train"):
+            r["workload"] = HOSTILE + r["workload"]
+            r["row_id"] = HOSTILE + r["row_id"]
+    validate(doc, "torch-matrix/decision", file="<test>")
+    prose = outside_code(render_markdown(doc))
+    assert "<img" not in prose and "@octocat" not in prose and f"@{ZWJ}octocat" in prose
+    assert re.findall(r"</?details>", prose) == ["<details>", "</details>"]
+    assert_tables_intact(prose)
+    assert "\x1b" not in render_table(doc)
 
 
 def test_registry_renders_every_format() -> None:

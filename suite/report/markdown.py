@@ -2,6 +2,8 @@
 
 Meant for a pull-request comment, so every value from the record goes through
 suite.report.escape, and render_markdown can shrink the body to a comment size limit.
+Rows without evidence and cells that are merely undecided get one line each, not a table
+row or a section: on a CPU runner they are most of the matrix and would bury the findings.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+from suite.decide import DECISIONS, UNDECIDED_WHY
 from suite.report.escape import cap, code_block, html_text, md
 from suite.report.table import (
     ATTENTION,
@@ -19,6 +22,7 @@ from suite.report.table import (
     NONE,
     VERDICT_ORDER,
     Decision,
+    absent_text,
     badness,
     format_change,
     format_ci,
@@ -44,6 +48,10 @@ _DETAIL_HEADERS = (
     "Message",
 )
 _SECTIONS_TITLE = "### Cells needing attention"
+# Undecided cells named in full; the rest are counted. The JSON record has them all.
+_UNDECIDED_LISTED = 10
+# An old record says why a gate is undecided only in its message; this much of it is shown.
+_MESSAGE_LIMIT = 80
 # Characters a link destination may keep; the rest (spaces, parentheses, angle brackets,
 # backticks, non-ASCII) are percent-encoded so the URL cannot end the link early.
 _URL_SAFE = ":/?#&=%+;,@!$'*~"
@@ -54,7 +62,12 @@ class _Parts:
     head: list[str]
     # (title and header lines, body lines) per lane with rows
     tables: list[tuple[str, list[str]]]
+    # The line naming the rows without evidence: short, so it is never cut.
+    absent: str | None
     sections: list[str]
+    # The one block listing cells whose only attention verdict is inconclusive: the
+    # least severe finding, so it is the first thing truncation cuts.
+    undecided: str | None
 
     @property
     def row_count(self) -> int:
@@ -99,8 +112,17 @@ def _lane_tables(decision: Decision) -> list[tuple[str, list[str]]]:
     return tables
 
 
+def _undecided_only(cell: dict[str, Any]) -> bool:
+    return {g["verdict"] for g in cell["gates"]} & ATTENTION == {"inconclusive"}
+
+
 def _attention_cells(decision: Decision) -> list[dict[str, Any]]:
-    cells = [c for c in decision["cells"] if any(g["verdict"] in ATTENTION for g in c["gates"])]
+    """Cells that get a section: a verdict in ATTENTION other than inconclusive alone."""
+    cells = [
+        c
+        for c in decision["cells"]
+        if any(g["verdict"] in ATTENTION for g in c["gates"]) and not _undecided_only(c)
+    ]
 
     def key(cell: dict[str, Any]) -> tuple[bool, int]:
         top = worst(g["verdict"] for g in cell["gates"])
@@ -109,6 +131,61 @@ def _attention_cells(decision: Decision) -> list[dict[str, Any]]:
     # Most severe first (stable, so record order breaks ties): truncation drops from the
     # end, so what is lost first is the least important.
     return sorted(cells, key=key)
+
+
+def _undecided_tail(gate: dict[str, Any]) -> str:
+    """What a reader needs to judge an undecided gate: its spread, rounds and cause."""
+    texts = []
+    if gate.get("spread") is not None:
+        texts.append(f"spread {gate['spread'] * 100:.1f}%")
+    if gate.get("rounds") is not None:
+        texts.append(f"{gate['rounds']} round{'' if gate['rounds'] == 1 else 's'}")
+    why = gate.get("undecided")
+    if why is not None:
+        texts.append(UNDECIDED_WHY.get(why, str(why)))
+    if gate.get("needed_rounds") is not None:
+        texts.append(f"≈{gate['needed_rounds']} rounds needed")
+    return ", ".join(texts) or cap(gate["message"], _MESSAGE_LIMIT)
+
+
+def _holds(cell: dict[str, Any]) -> str | None:
+    """The worst decision short of adopt that the cell's inconclusive gates led to, if any."""
+    held = [
+        g["decision"]
+        for g in cell["gates"]
+        if g["verdict"] == "inconclusive" and g.get("decision") not in (None, "adopt")
+    ]
+    return max(held, key=DECISIONS.index) if held else None
+
+
+def _undecided_entry(cell: dict[str, Any]) -> str:
+    # Gates with the same spread, rounds and cause (p50 and throughput come from the same
+    # rounds) share one parenthesis.
+    groups: dict[str, list[str]] = {}
+    for gate in cell["gates"]:
+        if gate["verdict"] == "inconclusive":
+            change = "" if gate.get("change") is None else " " + format_change(gate["change"])
+            groups.setdefault(_undecided_tail(gate), []).append(gate["gate"] + change)
+    text = "; ".join(f"{', '.join(names)} ({tail})" for tail, names in groups.items())
+    held = _holds(cell)
+    return f"- {md(cell['cell_id'])}: {md(text + (f' → {held}' if held else ''))}"
+
+
+def _undecided_block(decision: Decision) -> str | None:
+    cells = [c for c in decision["cells"] if _undecided_only(c)]
+    if not cells:
+        return None
+    # Cells that hold the decision back first (a required gate left undecided), then
+    # production before prototype; record order otherwise.
+    cells.sort(key=lambda c: (_holds(c) is None, c["lane"] != "production"))
+    lines = [_undecided_entry(c) for c in cells[:_UNDECIDED_LISTED]]
+    if len(cells) > _UNDECIDED_LISTED:
+        lines.append(f"- and {len(cells) - _UNDECIDED_LISTED} more")
+    title = (
+        f"**Undecided, {len(cells)} cell{'' if len(cells) == 1 else 's'}** — "
+        "inconclusive is their only verdict needing attention:"
+    )
+    return title + "\n\n" + "\n".join(lines)
 
 
 def _verdict_summary(cell: dict[str, Any]) -> str:
@@ -163,19 +240,24 @@ def _section(cell: dict[str, Any]) -> str:
     return "\n\n".join(parts)
 
 
-def _note(parts: _Parts, rows_kept: int, sections_kept: int, url: str | None) -> str:
+def _note(
+    parts: _Parts, rows_kept: int, sections_kept: int, undecided: bool, url: str | None
+) -> str:
     cut_sections = len(parts.sections) - sections_kept
     cut_rows = parts.row_count - rows_kept
+    cut_list = "the list of undecided cells, " if parts.undecided and not undecided else ""
     text = (
-        f"_Truncated to fit: {cut_sections} of {len(parts.sections)} cell sections and "
-        f"{cut_rows} of {parts.row_count} table rows were cut."
+        f"_Truncated to fit: {cut_list}{cut_sections} of {len(parts.sections)} cell sections "
+        f"and {cut_rows} of {parts.row_count} table rows were cut."
     )
     if url:
         text += f" [Full report]({quote(url, safe=_URL_SAFE)})"
     return text + "_"
 
 
-def _assemble(parts: _Parts, rows_kept: int, sections_kept: int, url: str | None) -> str:
+def _assemble(
+    parts: _Parts, rows_kept: int, sections_kept: int, undecided: bool, url: str | None
+) -> str:
     blocks = list(parts.head)
     left = rows_kept
     for title, rows in parts.tables:
@@ -183,10 +265,20 @@ def _assemble(parts: _Parts, rows_kept: int, sections_kept: int, url: str | None
         left -= len(kept)
         if kept:
             blocks.append(title + "\n" + "\n".join(kept))
-    if sections_kept:
-        blocks += [_SECTIONS_TITLE, *parts.sections[:sections_kept]]
-    if rows_kept < parts.row_count or sections_kept < len(parts.sections):
-        blocks.append(_note(parts, rows_kept, sections_kept, url))
+    if parts.absent:
+        blocks.append(parts.absent)
+    listed = parts.undecided if undecided else None
+    if sections_kept or listed:
+        blocks.append(_SECTIONS_TITLE)
+    blocks += parts.sections[:sections_kept]
+    if listed:
+        blocks.append(listed)
+    if (
+        rows_kept < parts.row_count
+        or sections_kept < len(parts.sections)
+        or (parts.undecided and not undecided)
+    ):
+        blocks.append(_note(parts, rows_kept, sections_kept, undecided, url))
     return "\n\n".join(blocks) + "\n"
 
 
@@ -207,30 +299,36 @@ def _largest(high: int, fits: Callable[[int], bool]) -> int | None:
 def render_markdown(
     decision: Decision, *, max_chars: int | None = None, full_report_url: str | None = None
 ) -> str:
-    """The report; with max_chars, whole sections and then whole rows are cut to fit it."""
+    """The report; with max_chars, the undecided list, whole sections and then whole rows
+    are cut to fit it."""
+    absent = absent_text(decision)
     parts = _Parts(
         head=_head(decision),
         tables=_lane_tables(decision),
+        absent=None if absent is None else md(absent, None),
         sections=[_section(cell) for cell in _attention_cells(decision)],
+        undecided=_undecided_block(decision),
     )
     rows, sections = parts.row_count, len(parts.sections)
-    full = _assemble(parts, rows, sections, full_report_url)
+    full = _assemble(parts, rows, sections, True, full_report_url)
     if max_chars is None or len(full) <= max_chars:
         return full
 
     def size(r: int, s: int) -> int:
-        return len(_assemble(parts, r, s, full_report_url))
+        return len(_assemble(parts, r, s, False, full_report_url))
 
-    # Sections are dropped before rows: the tables are the summary a reader needs first.
-    # Binary search keeps this O(n log n) for matrices with thousands of cells.
-    kept = _largest(sections - 1, lambda s: size(rows, s) <= max_chars)
+    # The undecided list goes first, then sections, then rows: the tables are the summary a
+    # reader needs first. Binary search keeps this O(n log n) for thousands of cells.
+    # Without an undecided list to drop, keeping every section is the full text: too long.
+    high = sections if parts.undecided else sections - 1
+    kept = _largest(high, lambda s: size(rows, s) <= max_chars)
     if kept is not None:
-        return _assemble(parts, rows, kept, full_report_url)
+        return _assemble(parts, rows, kept, False, full_report_url)
     kept = _largest(rows - 1, lambda r: size(r, 0) <= max_chars)
     if kept is not None:
-        return _assemble(parts, kept, 0, full_report_url)
+        return _assemble(parts, kept, 0, False, full_report_url)
     # Even the heading does not fit: cut it by characters, keeping the note whole if possible.
-    note = _note(parts, 0, 0, full_report_url)
+    note = _note(parts, 0, 0, False, full_report_url)
     room = max_chars - len(note) - 3  # "\n\n" before the note, "\n" after it
     if room > 0:
         return cap("\n\n".join(parts.head), room) + "\n\n" + note + "\n"

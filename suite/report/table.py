@@ -12,7 +12,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from suite.report.escape import plain
+from suite.report.escape import cap, one_line, plain
 
 Decision = dict[str, Any]
 
@@ -37,7 +37,8 @@ VERDICT_ORDER = (
     "fixed",
     "improved",
 )
-# Verdicts that earn a cell its own section in the Markdown report.
+# Verdicts that put a cell under "needing attention" in the Markdown report; a cell whose
+# only such verdict is inconclusive is listed on one line there rather than given a section.
 ATTENTION = frozenset({"new-failure", "fail", "not-comparable", "inconclusive"})
 GOOD = frozenset({"pass", "fixed", "improved"})
 LANES = (("production", "Production lane"), ("prototype", "Prototype lane"))
@@ -47,6 +48,9 @@ _SECONDS_UNITS = frozenset({"s", "sec", "seconds"})
 _BYTES_UNITS = frozenset({"B", "byte", "bytes"})
 _SECONDS_GATES = frozenset({"latency_p50", "latency_p95"})
 _BYTES_GATES = frozenset({"peak_memory", "memory_budget"})
+# Names listed in the line for rows without evidence, and the length kept of each.
+_ABSENT_NAMES = 20
+_NAME_LIMIT = 60
 
 
 def badness(verdict: str) -> int:
@@ -83,11 +87,61 @@ def summarize(verdicts: list[str]) -> str:
     return f"{top} ({verdicts.count(top)}/{len(verdicts)})"
 
 
+def absent_rows(decision: Decision) -> list[dict[str, Any]]:
+    """Rows whose every cell was skipped on both sides: the backend is absent on this runner.
+
+    They hold no evidence, only 'untested' in every column, so the tables leave them out and
+    one line names them instead: on a CPU runner they would otherwise be most of the table.
+    """
+    skipped: dict[str, bool] = {}
+    for cell in decision["cells"]:
+        both = cell["baseline_status"] == "skipped" and cell["candidate_status"] == "skipped"
+        skipped[cell["row_id"]] = skipped.get(cell["row_id"], True) and both
+    return [row for row in decision["rows"] if skipped.get(row["row_id"], False)]
+
+
+def _names(values: Iterable[str]) -> str:
+    return ", ".join(cap(one_line(v), _NAME_LIMIT) for v in values)
+
+
+def absent_text(decision: Decision) -> str | None:
+    """Raw text naming the rows of absent_rows, workloads grouped by the backends they miss."""
+    rows = absent_rows(decision)
+    if not rows:
+        return None
+    missing: dict[str, list[str]] = {}
+    for row in rows:
+        missing.setdefault(row["workload"], []).append(row["backend"])
+    # Workloads that miss the same backends share one "w1, w2 on b1, b2" group.
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for workload, backends in missing.items():
+        groups.setdefault(tuple(backends), []).append(workload)
+    parts: list[str] = []
+    left = _ABSENT_NAMES
+    for group, workloads in groups.items():
+        if left > 0:
+            where = "each" if len(groups) == 1 else _names(group)
+            parts.append(f"{_names(workloads[:left])} on {where}")
+            left -= len(workloads)
+    if left < 0:
+        parts.append(f"and {-left} more workloads")
+    every = dict.fromkeys(row["backend"] for row in rows)
+    return (
+        f"No evidence on {_names(every)} (every cell skipped on both sides): "
+        f"{len(rows)} row{'' if len(rows) == 1 else 's'} left out of the tables — "
+        + "; ".join(parts)
+    )
+
+
 def summary_rows(decision: Decision, lane: str, gates: list[str]) -> list[list[str]]:
-    """One raw-text row per row_id of the lane: row, lane, decision, then one cell per gate."""
+    """One raw-text row per row_id of the lane: row, lane, decision, then one cell per gate.
+
+    Rows of absent_rows are left out; absent_text names them.
+    """
     out: list[list[str]] = []
+    absent = {row["row_id"] for row in absent_rows(decision)}
     for row in decision["rows"]:
-        if row["lane"] != lane:
+        if row["lane"] != lane or row["row_id"] in absent:
             continue
         cells = cells_of(decision, row["row_id"])
         line = [row["row_id"], row["lane"], row["decision"]]
@@ -194,7 +248,7 @@ def warnings(decision: Decision) -> list[str]:
 
 
 def render_table(decision: Decision) -> str:
-    """Decision, reasons, sides and warnings, then one tabulate grid per lane."""
+    """Decision, reasons, sides and warnings, one tabulate grid per lane, rows without evidence."""
     lines = [f"torch-matrix decision: {plain(decision['decision']).upper()}"]
     lines += [f"  - {plain(reason)}" for reason in decision["reasons"]]
     policy = decision["policy"]
@@ -211,4 +265,7 @@ def render_table(decision: Decision) -> str:
         if rows:
             grid = [[plain(text) for text in row] for row in rows]
             lines += ["", title, tabulate(grid, headers=headers, tablefmt="simple")]
+    absent = absent_text(decision)
+    if absent:
+        lines += ["", plain(absent, None)]
     return "\n".join(lines) + "\n"
