@@ -23,7 +23,7 @@ from suite.gates import TIMING_GATES, side_status, timing_verdict
 from suite.matrix import Matrix
 from suite.policy import Policy
 from suite.progress import Progress
-from suite.results import read_run
+from suite.results import read_run, record_wall_s
 from suite.rollback_gate import compatibility, rehearsal
 from suite.runner import Run, RunOptions
 from suite.sequential import Design
@@ -159,13 +159,43 @@ class Rounds:
                 return True
         return False
 
+    def round_cost_s(self, spec: CellSpec) -> float | None:
+        """Mean wall time of one round of this cell (both sides), from its records so far."""
+        walls = [record_wall_s(r) for role in self.runs for r in self.runs[role].records(spec)]
+        rounds = len(self.runs["baseline"].records(spec))
+        return sum(walls) / rounds if rounds else None
+
+    def affordable(self, active: list[CellSpec], rounds_to_look: int) -> list[CellSpec]:
+        """The cells whose rounds up to the next look still fit the budget, cheapest first:
+        an expensive cell (a compiled one) that cannot reach its look gives way to cheap
+        cells that can. The costs come from the records, so a resumed A/B chooses the same."""
+        if self.design.budget_s is None:
+            return active
+        left = self.design.budget_s - spent_s(self.runs)
+        costs = {spec.cell_id: self.round_cost_s(spec) for spec in active}
+        if left <= 0:
+            self.budget_exhausted = True
+            return []
+        if any(cost is None for cost in costs.values()):
+            return active  # the first round measures what a round costs
+        admitted: set[str] = set()
+        total = 0.0
+        for spec in sorted(active, key=lambda s: costs[s.cell_id] or 0.0):
+            need = (costs[spec.cell_id] or 0.0) * rounds_to_look
+            if total + need <= left:
+                admitted.add(spec.cell_id)
+                total += need
+        if len(admitted) < len(active):
+            self.budget_exhausted = True
+        return [spec for spec in active if spec.cell_id in admitted]
+
     def run(self, cells: Sequence[CellSpec]) -> Design:
         active = list(cells)
         done = 0
         for look in self.design.looks:
             while done < look and active:
-                if self.design.budget_s is not None and spent_s(self.runs) >= self.design.budget_s:
-                    self.budget_exhausted = True
+                active = self.affordable(active, look - done)
+                if not active:
                     break
                 if self.progress is not None:
                     self.progress.total = max(
@@ -174,9 +204,11 @@ class Rounds:
                 for spec in active:
                     self.pair(spec, done)
                 done += 1
-            if self.budget_exhausted or not active:
+                # Decisions come only at looks, so between looks this drops only the cells
+                # that cannot give a timing verdict at all (failed, skipped, unsupported).
+                active = [spec for spec in active if self.needs_more(spec)]
+            if not active:
                 break
-            active = [spec for spec in active if self.needs_more(spec)]
         return replace(self.design, budget_exhausted=self.budget_exhausted)
 
 
