@@ -155,7 +155,7 @@ def main() -> None:
                 spinner.start()
             try:
                 counts, mean_rounds, wall = run_level(
-                    extra, tries, policy, Path(tmp) / f"level{i}", seed=1000 * i
+                    extra, tries, policy, Path(tmp) / f"level{i}", seed=100 * i
                 )
             finally:
                 if busy:

@@ -19,14 +19,14 @@ from typing import Any
 from suite.compare import Side as Loaded
 from suite.compare import decide, differences
 from suite.errors import InputError
-from suite.gates import TIMING_GATES, side_status, timing_verdict
+from suite.gates import side_status, timing_verdict
 from suite.matrix import Matrix
 from suite.policy import Policy
 from suite.progress import Progress
 from suite.results import read_run, record_wall_s
 from suite.rollback_gate import compatibility, rehearsal
 from suite.runner import Run, RunOptions
-from suite.sequential import Design
+from suite.sequential import TIMING_GATES, Design
 from suite.sides import Side
 from suite.spec import CellSpec
 from suite.workloads import Resolved

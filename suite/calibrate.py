@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 from suite.envinfo import cpu_model
 from suite.errors import InputError
-from suite.gates import TIMING_GATES, paired_rounds, side_status
+from suite.gates import paired_rounds, side_status
 from suite.policy import Policy
 from suite.results import atomic_write_json, record_wall_s, utc_now
-from suite.sequential import Design, needed_rounds, z_critical
+from suite.sequential import TIMING_GATES, Design, needed_rounds, z_critical
 from suite.spec import CellSpec
 from suite.validation import load_document, validate
 

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from suite.policy import DECISIONS, Policy, decision_rank, worst
+from suite.sequential import TIMING_GATES
 
 EXIT_CODES = {"adopt": 0, "isolate": 4, "defer": 5, "rollback": 6}
 _Num = TypeVar("_Num", int, float)
@@ -74,8 +75,6 @@ def apply_rules(policy: Policy, cells: list[dict[str, Any]]) -> list[dict[str, A
     return out
 
 
-# The gates the paired sequential procedure judges: their verdicts carry rounds and spread.
-TIMING_GATES = ("latency_p50", "latency_p95", "throughput", "compile_time")
 # Verdicts that settle a gate either way; the rest leave it open.
 _DECIDED = ("pass", "improved", "fail")
 _PASSING = frozenset({"pass", "improved", "fixed"})

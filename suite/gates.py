@@ -12,7 +12,7 @@ from typing import Any
 
 from suite import accuracy, sequential
 from suite.policy import Gate, Policy
-from suite.sequential import Design
+from suite.sequential import TIMING_GATES, Design
 
 Record = dict[str, Any]
 FAILED = ("failed", "crashed", "timeout", "oom")
@@ -152,8 +152,6 @@ def correctness_gate(
 # A process with fewer steady-state samples than this is flagged: its statistic rests on
 # too little data to be stable.
 MIN_SAMPLES = 20
-# Timing gates judged by the sequential paired test, and what each takes from a record.
-TIMING_GATES = ("latency_p50", "latency_p95", "throughput", "compile_time")
 
 
 def _ok(record: Record) -> bool:

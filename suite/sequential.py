@@ -28,6 +28,8 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Literal
 
+# The gates this procedure judges; their verdicts carry rounds, spread and rounds needed.
+TIMING_GATES = ("latency_p50", "latency_p95", "throughput", "compile_time")
 DEFAULT_LOOKS = (6, 10, 14, 20, 26, 32, 40)
 DEFAULT_FAIL_LEVEL = 0.0008
 DEFAULT_PASS_LEVEL = 0.005
