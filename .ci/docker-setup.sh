@@ -1,25 +1,28 @@
 #!/usr/bin/env bash
-# CI: make Docker usable on a fresh Debian machine without Docker Hub, and build the CPU image the
-# docker tests run (tests/test_docker.py), entirely offline once the packages are fetched:
+# CI: make Docker usable on a fresh Debian machine without Docker Hub, and build the CPU images
+# of a real pin pair that the docker tests run (tests/test_docker.py), offline once the packages
+# are fetched:
 #   1. apt-get install docker.io debootstrap; start dockerd (no bridge, no iptables: containers
 #      use --network none or host)
 #   2. the base image from Debian packages (images/base/build-offline-base.sh)
-#   3. torch and every runtime dependency as wheels into a directory of the build context
-#   4. images/cpu on that base with those wheels, built with --network none
-# Prints each step's duration; the last stdout line is `export TORCH_MATRIX_TEST_IMAGE=TAG`, and
-# the same assignment goes to $GITHUB_ENV when that is set.
-# env: TORCH_VERSION (2.13.0), WHEEL_DIR (.whl/torch-$TORCH_VERSION-cpu, inside the repository),
-#      IMAGE_TAG (torch-matrix/cpu:torch-$TORCH_VERSION)
+#   3. per torch version, torch, numpy and every runtime dependency as wheels: downloaded once
+#      into a cache outside the repository, linked into a directory of the build context
+#   4. per torch version, images/cpu on that base with those wheels, built with --network none
+#      (2.14.1 from PyPI is a CUDA build; it runs on the CPU, its nvidia-* wheels included)
+# Prints each step's duration; the last stdout line is
+#   export TORCH_MATRIX_TEST_IMAGE=TAG_OF_THE_FIRST TORCH_MATRIX_TEST_IMAGE_CANDIDATE=TAG_OF_THE_SECOND
+# and the same assignments go to $GITHUB_ENV when that is set.
+# env: TORCH_VERSIONS ("2.13.0 2.14.1": baseline, then candidate; one version builds one image),
+#      WHEEL_CACHE (~/.cache/torch-matrix/wheels), IMAGE_REPO (torch-matrix/cpu: tags are
+#      IMAGE_REPO:torch-VERSION)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore DEBIAN_FRONTEND=noninteractive
 
-TORCH_VERSION="${TORCH_VERSION:-2.13.0}"
-WHEEL_DIR="${WHEEL_DIR:-.whl/torch-${TORCH_VERSION}-cpu}"
-IMAGE_TAG="${IMAGE_TAG:-torch-matrix/cpu:torch-${TORCH_VERSION}}"
-case "$WHEEL_DIR" in
-    /*|../*) echo "docker-setup: WHEEL_DIR must be a relative path inside the repository (the build context)" >&2; exit 2 ;;
-esac
+read -r -a versions <<<"${TORCH_VERSIONS:-2.13.0 2.14.1}"
+[ "${#versions[@]}" -ge 1 ] || { echo "docker-setup: TORCH_VERSIONS is empty" >&2; exit 2; }
+WHEEL_CACHE="${WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/torch-matrix/wheels}"
+IMAGE_REPO="${IMAGE_REPO:-torch-matrix/cpu}"
 
 step_start=0
 step() { step_start=$(date +%s); echo "== $*" >&2; }
@@ -57,8 +60,6 @@ base_image="$(as_root images/base/build-offline-base.sh | tail -n 1)"
 echo "   base: $base_image" >&2
 done_step
 
-step "download torch==${TORCH_VERSION} and the runtime dependencies into ${WHEEL_DIR}"
-mkdir -p "$WHEEL_DIR"
 mapfile -t requirements < <(python3 - <<'PY'
 import tomllib
 
@@ -70,31 +71,57 @@ for req in project["project"]["dependencies"] + project["build-system"]["require
         print(req)
 PY
 )
-# --only-binary: the build runs with --network none, so nothing may need building from source.
-python3 -m pip download -q --only-binary=:all: -d "$WHEEL_DIR" "torch==${TORCH_VERSION}" "${requirements[@]}"
-ls "$WHEEL_DIR"/torch-"${TORCH_VERSION}"*.whl >/dev/null
-echo "   $(find "$WHEEL_DIR" -name '*.whl' | wc -l) wheels, $(du -sh "$WHEEL_DIR" | cut -f1)" >&2
-done_step
-
-step "build $IMAGE_TAG (offline: --network none)"
 revision="$(git rev-parse HEAD 2>/dev/null || echo unknown)"
 version="$(python3 -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["project"]["version"])')"
-"${build_cli[@]}" build --network none --progress=plain \
-    --build-arg BASE_IMAGE="$base_image" \
-    --build-arg TORCH_VERSION="$TORCH_VERSION" \
-    --build-arg TORCH_WHEEL_DIR="$WHEEL_DIR" \
-    --build-arg REVISION="$revision" \
-    --build-arg VERSION="$version" \
-    -f images/cpu/Dockerfile -t "$IMAGE_TAG" . >/tmp/docker-build-cpu.log 2>&1 \
-    || { tail -40 /tmp/docker-build-cpu.log >&2; exit 1; }
-echo "   $(docker image inspect --format '{{.Id}} {{.Size}} bytes' "$IMAGE_TAG")" >&2
-done_step
 
-step "smoke: the image runs offline"
-docker run --rm --network none "$IMAGE_TAG" --version >&2
-done_step
+tags=()
+for torch_version in "${versions[@]}"; do
+    cache="$WHEEL_CACHE/torch-${torch_version}"
+    wheel_dir=".whl/torch-${torch_version}"
+    tag="${IMAGE_REPO}:torch-${torch_version}"
+
+    step "wheels for torch==${torch_version} into ${cache}"
+    mkdir -p "$cache"
+    # pip download keeps the files already there: a second run fetches nothing new.
+    # --only-binary: the build runs with --network none, so nothing may need building from source.
+    python3 -m pip download -q --only-binary=:all: -d "$cache" \
+        "torch==${torch_version}" "numpy>=1.26,<3" "${requirements[@]}"
+    ls "$cache"/torch-"${torch_version}"*.whl >/dev/null
+    # The build context must hold the wheels: hard links cost nothing on the same filesystem.
+    rm -rf "$wheel_dir"
+    mkdir -p "$wheel_dir"
+    cp -al "$cache"/. "$wheel_dir"/ 2>/dev/null || cp -a "$cache"/. "$wheel_dir"/
+    echo "   $(find "$cache" -name '*.whl' | wc -l) wheels, $(du -sh "$cache" | cut -f1)" >&2
+    done_step
+
+    step "build $tag (offline: --network none)"
+    log="/tmp/docker-build-cpu-${torch_version}.log"
+    "${build_cli[@]}" build --network none --progress=plain \
+        --build-arg BASE_IMAGE="$base_image" \
+        --build-arg TORCH_VERSION="$torch_version" \
+        --build-arg TORCH_WHEEL_DIR="$wheel_dir" \
+        --build-arg REVISION="$revision" \
+        --build-arg VERSION="$version" \
+        -f images/cpu/Dockerfile -t "$tag" . >"$log" 2>&1 \
+        || { tail -40 "$log" >&2; exit 1; }
+    rm -rf "$wheel_dir"
+    echo "   $(docker image inspect --format '{{.Id}} {{.Size}} bytes' "$tag")" >&2
+    done_step
+
+    step "smoke: $tag runs offline, numpy importable"
+    docker run --rm --network none "$tag" --version >&2
+    docker run --rm --network none --entrypoint python "$tag" \
+        -c 'import numpy, torch; print("torch", torch.__version__, "numpy", numpy.__version__)' >&2
+    done_step
+    tags+=("$tag")
+done
+
+exports="TORCH_MATRIX_TEST_IMAGE=${tags[0]}"
+if [ "${#tags[@]}" -ge 2 ]; then
+    exports+=" TORCH_MATRIX_TEST_IMAGE_CANDIDATE=${tags[1]}"
+fi
 
 if [ -n "${GITHUB_ENV:-}" ]; then
-    echo "TORCH_MATRIX_TEST_IMAGE=$IMAGE_TAG" >>"$GITHUB_ENV"
+    tr ' ' '\n' <<<"$exports" >>"$GITHUB_ENV"
 fi
-echo "export TORCH_MATRIX_TEST_IMAGE=$IMAGE_TAG"
+echo "export $exports"

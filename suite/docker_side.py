@@ -2,17 +2,20 @@
 it (ContainerLauncher), and the `docker run` line that reproduces one cell by hand.
 
 A container sees the host only through bind mounts at the same absolute paths, so every path in
-the worker's argv stays valid inside. What is mounted, read-write, is what the worker writes:
-the run directory (two levels above `--result`: cells/, tensors/ and the inductor cache live
-there), and the folder of `--out` (the probe's file, or `torch-matrix run --out DIR`) and of
-`--trace`. Nothing else of the host is visible, the run's other side included; a workload given
-as a file outside the image is therefore not found there (install it in the image instead).
+a step's argv stays valid inside. One function, `mounts_for`, derives the mounts of every step
+(worker, probe, rollback write/read, `torch-matrix run` of a repro line) from its argv: what the
+step writes is mounted read-write (the run directory above `--result`, the folders of `--out`,
+`--trace`, `--report`, the checkpoint folder of `--into`), what it only reads read-only (plugin
+files named in `--spec` or `--workload` with their folders, `--matrix`, `--policy`, `--from`).
+A step whose argv names a host path that no mount covers is refused before its container starts,
+so a new step cannot silently see nothing. Nothing else of the host is visible, the run's other
+side included. A workload given as `module:object` must be importable inside the image.
 """
 
 from __future__ import annotations
 
 import contextlib
-import itertools
+import json
 import os
 import re
 import shlex
@@ -28,6 +31,7 @@ from suite.envinfo import ENV_PREFIXES, IMAGE_DIGEST_VAR, IMAGE_REF_VAR
 from suite.errors import EnvironmentProblem, InputError
 from suite.launch import TERM_GRACE_S, Outcome
 from suite.sides import Side
+from suite.workloads import file_part
 
 PREFIX = "docker:"
 IMAGE_BASE_VAR = "TORCH_MATRIX_IMAGE_BASE"
@@ -41,8 +45,24 @@ CONTAINER_HOME = "/tmp"
 # torch's multiprocessing and multi-rank cells use /dev/shm; Docker's 64 MiB default makes them
 # fail in ways the host does not.
 SHM_SIZE = "1g"
-# Paths the worker writes, and how many levels above each the mount goes.
-_WRITES = {"--result": 2, "--out": 1, "--trace": 1}
+# How a step's argv names the host paths it touches: flag -> (access, levels above the value
+# that the mount goes). `--result` is RUN/cells/CELL.json: the whole run directory is written
+# (cells/, tensors/, the inductor cache). A flag given twice is mounted twice.
+PATH_FLAGS: dict[str, tuple[str, int]] = {
+    "--result": ("rw", 2),
+    "--out": ("rw", 1),
+    "--trace": ("rw", 1),
+    "--report": ("rw", 1),
+    "--into": ("rw", 0),
+    "--from": ("ro", 0),
+    "--matrix": ("ro", 0),
+    "--policy": ("ro", 0),
+}
+# Flags whose value holds workload references (a JSON cell spec, or the reference itself).
+REF_FLAGS = ("--spec", "--workload")
+# Host folders that are never mounted whole, because the image has its own (HOME is /tmp inside)
+# or because they hold far more than a plugin: a plugin file directly in one is mounted alone.
+_WHOLE_FOLDER_NEVER = ("/", "/tmp", "/home", "/root", "/opt", "/usr", "/var", "/etc", "/srv")
 # Allowlist: what the environment record keeps, plus locale and Python output settings. PATH,
 # HOME, PYTHONPATH and VIRTUAL_ENV describe the host's layout and would break the image's.
 _FORWARD_PREFIXES = (*ENV_PREFIXES, "PYTHONUNBUFFERED", "PYTHONHASHSEED", "LANG", "LC_", "TZ")
@@ -67,15 +87,93 @@ def image_env(reference: str | None, digest: str | None, base: str | None) -> di
     return {k: v for k, v in pairs if v}
 
 
-def written_dirs(argv: Sequence[str]) -> list[str]:
-    """The host folders a worker (or `torch-matrix run`) with this argv writes into."""
-    out = []
-    for flag, value in itertools.pairwise(argv):
-        levels = _WRITES.get(flag)
-        if levels is not None:
-            path = Path(value).absolute()
-            out.append(str(path.parents[levels - 1]))
-    return out
+def _refs(flag: str, value: str) -> list[str]:
+    if flag == "--workload":
+        return [value]
+    try:
+        spec = json.loads(value)
+    except ValueError:
+        return []
+    return [spec["ref"]] if isinstance(spec, dict) and isinstance(spec.get("ref"), str) else []
+
+
+def _plugin_mount(file: Path) -> str:
+    """The folder of a plugin file (its siblings may be imported), or the file alone where the
+    folder is one the container needs for itself or the user's home."""
+    folder = file.parent
+    never = {*_WHOLE_FOLDER_NEVER, str(Path.home())}
+    return str(file) if str(folder) in never else str(folder)
+
+
+def _flag_values(argv: Sequence[str]) -> list[tuple[str, str]]:
+    """(flag, value) pairs, `--flag value` and `--flag=value` alike."""
+    pairs = []
+    for i, word in enumerate(argv):
+        if word.startswith("--") and "=" in word:
+            flag, value = word.split("=", 1)
+            pairs.append((flag, value))
+        elif i + 1 < len(argv):
+            pairs.append((word, argv[i + 1]))
+    return pairs
+
+
+def mounts_for(
+    argv: Sequence[str],
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    *,
+    create: bool = False,
+) -> dict[str, str]:
+    """Every host path the step with this argv reads or writes: path -> "rw" | "ro", collapsed.
+
+    Relative paths count from cwd (default: this process's). With create, the folders the step
+    writes are made here first; else Docker would make them, owned by root.
+    """
+    base = Path(cwd) if cwd is not None else Path.cwd()
+    modes: dict[str, str] = {}
+
+    def add(path: str, mode: str) -> None:
+        modes[path] = "rw" if "rw" in (mode, modes.get(path)) else mode
+
+    for flag, value in _flag_values(argv):
+        if flag in PATH_FLAGS:
+            mode, levels = PATH_FLAGS[flag]
+            path = base / value
+            target = path.parents[levels - 1] if levels else path
+            if mode == "rw" and create:
+                target.mkdir(parents=True, exist_ok=True)
+            add(str(target), mode)
+        elif flag in REF_FLAGS:
+            for ref in _refs(flag, value):
+                file = file_part(ref)
+                if file is not None:
+                    add(_plugin_mount((base / file).absolute()), "ro")
+    cache = (env or {}).get("TORCHINDUCTOR_CACHE_DIR")
+    if cache:
+        add(str((base / cache).absolute().parent), "rw")
+    return collapse(modes)
+
+
+def uncovered(argv: Sequence[str], mounts: Mapping[str, str], cwd: Path | None = None) -> list[str]:
+    """Host paths the argv names (existing ones, as values of any flag) that no mount covers.
+
+    `--path` is exempt: it only adds to the worker's sys.path, and an entry missing inside the
+    image is skipped by Python.
+    """
+    base = Path(cwd) if cwd is not None else Path.cwd()
+    roots = [Path(p) for p in mounts]
+    missing = []
+    for flag, value in _flag_values(argv):
+        if flag == "--path" or not value.startswith("/"):
+            continue
+        candidates = [value]
+        if flag in REF_FLAGS:
+            candidates = [f for r in _refs(flag, value) if (f := file_part(r)) is not None]
+        for candidate in candidates:
+            path = (base / candidate).absolute()
+            if path.exists() and not any(path.is_relative_to(r) for r in roots):
+                missing.append(str(path))
+    return missing
 
 
 def collapse(mounts: Mapping[str, str]) -> dict[str, str]:
@@ -114,31 +212,53 @@ def exit_status(exit_code: int, oom_killed: bool) -> tuple[int, str | None]:
     return exit_code, None
 
 
-def device_options(backend: str | None) -> dict[str, Any]:
-    """docker SDK create() options that give the container the backend's devices."""
-    if backend == "cuda":
-        from docker.types import DeviceRequest
+@dataclass(frozen=True)
+class Devices:
+    """What a backend's container needs of the host's devices; the SDK options and the
+    `docker run` flags both come from this, so the two cannot drift apart."""
 
-        return {"device_requests": [DeviceRequest(count=-1, capabilities=[["gpu"]])]}
+    gpus: bool = False  # NVIDIA Container Toolkit: every GPU
+    nodes: tuple[str, ...] = ()  # device nodes, passed through read-write-mknod
+    groups: tuple[str, ...] = ()  # supplementary groups that may open them
+
+
+def devices(backend: str | None) -> Devices:
+    if backend == "cuda":
+        return Devices(gpus=True)
     if backend == "rocm":
         groups = ["video"]
         # The render nodes' group has no fixed name or id across distributions: pass its id.
         for node in sorted(Path("/dev/dri").glob("renderD*")):
             with contextlib.suppress(OSError):
                 groups.append(str(node.stat().st_gid))
-        return {
-            "devices": ["/dev/kfd:/dev/kfd:rwm", "/dev/dri:/dev/dri:rwm"],
-            "group_add": list(dict.fromkeys(groups)),
-        }
-    return {}
+        return Devices(nodes=("/dev/kfd", "/dev/dri"), groups=tuple(dict.fromkeys(groups)))
+    return Devices()
+
+
+def device_options(backend: str | None) -> dict[str, Any]:
+    """docker SDK create() options that give the container the backend's devices."""
+    wanted = devices(backend)
+    options: dict[str, Any] = {}
+    if wanted.gpus:
+        from docker.types import DeviceRequest
+
+        options["device_requests"] = [DeviceRequest(count=-1, capabilities=[["gpu"]])]
+    if wanted.nodes:
+        options["devices"] = [f"{n}:{n}:rwm" for n in wanted.nodes]
+    if wanted.groups:
+        options["group_add"] = list(wanted.groups)
+    return options
 
 
 def device_flags(backend: str | None) -> list[str]:
-    if backend == "cuda":
-        return ["--gpus", "all"]
-    if backend == "rocm":
-        return ["--device", "/dev/kfd", "--device", "/dev/dri", "--group-add", "video"]
-    return []
+    """The same devices as `docker run` flags."""
+    wanted = devices(backend)
+    flags = ["--gpus", "all"] if wanted.gpus else []
+    for node in wanted.nodes:
+        flags += ["--device", node]
+    for group in wanted.groups:
+        flags += ["--group-add", group]
+    return flags
 
 
 def docker_client() -> Any:
@@ -181,14 +301,15 @@ class ContainerLauncher:
     ) -> Outcome:
         client = self.client_factory()
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        modes = dict(self.extra_mounts)
-        for folder in written_dirs(argv):
-            Path(folder).mkdir(parents=True, exist_ok=True)  # else Docker makes it, owned by root
-            modes[folder] = "rw"
-        cache = (env or {}).get("TORCHINDUCTOR_CACHE_DIR")
-        if cache:
-            modes.setdefault(str(Path(cache).absolute().parent), "rw")
-        volumes = {p: {"bind": p, "mode": m} for p, m in collapse(modes).items()}
+        modes = {**mounts_for(argv, env, cwd, create=True), **dict(self.extra_mounts)}
+        mounts = collapse(modes)
+        missing = uncovered(argv, mounts, cwd)
+        if missing:
+            raise EnvironmentProblem(
+                f"the container step {shlex.join(argv[:4])} ... names host paths that no mount "
+                f"covers: {', '.join(missing)}"
+            )
+        volumes = {p: {"bind": p, "mode": m} for p, m in mounts.items()}
         options: dict[str, Any] = {
             "entrypoint": [argv[0]],
             "command": list(argv[1:]),
@@ -210,8 +331,9 @@ class ContainerLauncher:
             "labels": {WORKER_LABEL: "1"},
             **device_options(self.backend),
         }
-        if cwd is not None and any(Path(cwd).absolute().is_relative_to(p) for p in volumes):
-            options["working_dir"] = str(cwd)
+        # The host's working directory, so that relative paths mean what they meant there;
+        # Docker creates it inside when no mount covers it.
+        options["working_dir"] = str(Path(cwd if cwd is not None else Path.cwd()).absolute())
         if memory_limit_bytes is not None:
             options.update(mem_limit=memory_limit_bytes, memswap_limit=memory_limit_bytes)
         start = time.perf_counter()
@@ -313,18 +435,23 @@ def docker_run_line(
     backend: str | None,
     argv: Sequence[str],
     env: Mapping[str, str],
-    mounts: Mapping[str, str],
+    extra_mounts: Mapping[str, str] | None = None,
 ) -> str:
-    """The `docker run` shell line that runs argv (a torch-matrix command) in the image.
+    """The shell line that runs argv (a torch-matrix command) in the image: `mkdir -p` of the
+    folders it writes (else Docker makes them, owned by root), then `docker run`.
 
-    mounts maps host paths to "rw" or "ro"; each is mounted at the same path. The user is
-    spelled `"$(id -u):$(id -g)"`, left for the shell that the line is pasted into.
+    The mounts are mounts_for(argv), as for every container the suite starts, plus extra_mounts
+    (host path -> "rw" | "ro"), each at the same path. The user is spelled
+    `"$(id -u):$(id -g)"`, left for the shell that the line is pasted into.
     """
     args = list(argv[1:] if argv and argv[0] == "torch-matrix" else argv)
+    mounts = collapse({**mounts_for(argv, env), **dict(extra_mounts or {})})
     head = ["docker", "run", "--rm", "--init", "--network", "none", "--shm-size", SHM_SIZE]
     head += device_flags(backend)
-    for path, mode in collapse(mounts).items():
+    for path, mode in mounts.items():
         head += ["-v", f"{path}:{path}" + (":ro" if mode == "ro" else "")]
     for key, value in {**forwarded_env(env), "HOME": CONTAINER_HOME}.items():
         head += ["-e", f"{key}={value}"]
-    return f'{shlex.join(head)} --user "$(id -u):$(id -g)" {shlex.join([image, *args])}'
+    written = [p for p, mode in mounts.items() if mode == "rw"]
+    mkdir = f"{shlex.join(['mkdir', '-p', *written])} && " if written else ""
+    return f'{mkdir}{shlex.join(head)} --user "$(id -u):$(id -g)" {shlex.join([image, *args])}'

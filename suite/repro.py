@@ -5,7 +5,6 @@ directory beside the original, RESULTS/repro/CELL_ID/RUN_ID, never over it."""
 from __future__ import annotations
 
 import difflib
-import itertools
 import shlex
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from typing import Any
 
 from suite.errors import EnvironmentProblem, InputError
 from suite.results import cell_file, new_run_id, read_result, read_run
+from suite.workloads import file_part
 
 REPRO_DIR = "repro"
 # In an ab directory the candidate comes first: a decision is about the candidate.
@@ -93,12 +93,6 @@ def _absolute(path: str, cwd: str | None) -> Path:
     return p if p.is_absolute() or not cwd else Path(cwd) / p
 
 
-def _file_ref(ref: str) -> str | None:
-    """The file part of a path/to/file.py:Object workload reference, else None."""
-    target = ref.rsplit(":", 1)[0]
-    return target if target.endswith(".py") or "/" in target else None
-
-
 def cell_argv(run: dict[str, Any], cell_id: str, out: Path, python: str | None) -> list[str]:
     """`torch-matrix run` for just this cell, with the run's matrix, workloads, profile and
     limits; paths absolute (against the run's cwd) so the line works from anywhere."""
@@ -107,7 +101,7 @@ def cell_argv(run: dict[str, Any], cell_id: str, out: Path, python: str | None) 
     if not run["matrix"]["file"].startswith("<"):
         argv += ["--matrix", str(_absolute(run["matrix"]["file"], cwd))]
     for ref in run["workloads"]:
-        target = _file_ref(ref)
+        target = file_part(ref)
         if target is not None:
             ref = f"{_absolute(target, cwd)}:{ref.rsplit(':', 1)[1]}"
         argv += ["--workload", ref]
@@ -124,7 +118,7 @@ def cell_argv(run: dict[str, Any], cell_id: str, out: Path, python: str | None) 
 
 def make_plan(results: Path, located: Located, cell_id: str, out: Path | None = None) -> Plan:
     """How to rerun the cell into out (default: a new RESULTS/repro/CELL_ID/RUN_ID)."""
-    from suite.docker_side import IMAGE_BASE_VAR, docker_run_line, image_env
+    from suite.docker_side import IMAGE_BASE_VAR, docker_run_line, image_env, mounts_for
     from suite.runner import PROBE_TIMEOUT_S, WORKER_ENV
 
     results = results.absolute()
@@ -139,11 +133,7 @@ def make_plan(results: Path, located: Located, cell_id: str, out: Path | None = 
         return Plan(cell_id, argv, out, None, backend, {}, {}, shlex.join(argv), timeout_s)
     # Inside the image its own python runs the cells, so no --python.
     argv = cell_argv(run, cell_id, out, None)
-    mounts = {str(results): "rw"}
-    for flag, value in itertools.pairwise(argv):
-        target = {"--matrix": value, "--workload": _file_ref(value)}.get(flag)
-        if target and Path(target).is_absolute() and Path(target).exists():
-            mounts.setdefault(str(Path(target).parent), "ro")  # the matrix, plugin files
+    mounts = mounts_for(argv)  # what the container will see, as for every step
     # The variables the run recorded, less what the suite sets itself for every worker.
     env = {
         k: v
@@ -154,7 +144,7 @@ def make_plan(results: Path, located: Located, cell_id: str, out: Path | None = 
     base = image.get("base") or recorded.get(IMAGE_BASE_VAR)
     env.update(image_env(image.get("reference"), image.get("digest"), base))
     ref = image.get("digest") or image["reference"]
-    line = docker_run_line(ref, backend, argv, env, mounts)
+    line = docker_run_line(ref, backend, argv, env)
     return Plan(cell_id, argv, out, image, backend, env, mounts, line, timeout_s)
 
 
@@ -171,7 +161,6 @@ def reproduce(plan: Plan) -> tuple[Path, dict[str, Any]]:
             digest=plan.image.get("digest"),
             base=plan.image.get("base"),
             backend=plan.backend,
-            extra_mounts=tuple(plan.mounts.items()),
         )
         outcome = launcher(plan.argv, log_path=log, timeout_s=plan.timeout_s, env=plan.env)
         if outcome.timed_out:

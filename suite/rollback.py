@@ -7,14 +7,14 @@ Three checks, run by `ab` after its rounds:
 - a rehearsal: the baseline runs its cells once more and must reproduce its own earlier results;
 - the rollback duration: getting the baseline environment ready plus the rehearsal.
 
-The write/read halves run in each side's interpreter: `python -m suite.rollback write|read DIR`.
+The write/read halves run in each side's interpreter (in its container for an image side):
+`python -m suite.rollback write --into DIR`, `... read --from DIR --report FILE`.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 import warnings
@@ -138,18 +138,22 @@ def read(directory: Path) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m suite.rollback")
-    parser.add_argument("action", choices=("write", "read"))
-    parser.add_argument("directory", type=Path)
-    parser.add_argument("--report", type=Path, help="where read writes its JSON report")
+    sub = parser.add_subparsers(dest="action", required=True)
+    # The flags name what each half reads and writes, so a container gets exactly those mounted
+    # (suite/docker_side.py: mounts_for).
+    writer = sub.add_parser("write", help="train, save both formats and the continuation")
+    writer.add_argument("--into", type=Path, required=True, help="the checkpoint folder")
+    reader = sub.add_parser("read", help="load the other pin's checkpoint and continue")
+    reader.add_argument("--from", dest="source", type=Path, required=True)
+    reader.add_argument("--report", type=Path, required=True, help="the JSON report to write")
     args = parser.parse_args(argv)
     start = time.perf_counter()
     if args.action == "write":
-        write(args.directory)
+        write(args.into)
         return 0
-    report = read(args.directory)
+    report = read(args.source)
     report["seconds"] = time.perf_counter() - start
-    target = args.report or args.directory / f"read-{os.getpid()}.json"
-    target.write_text(json.dumps(report, indent=2), encoding="utf-8")
+    args.report.write_text(json.dumps(report, indent=2), encoding="utf-8")
     return 0
 
 

@@ -49,12 +49,12 @@ def compatibility(
         direction = f"{writer}-to-{reader}"
         folder = out / "rollback" / f"written-by-{writer}"
         logs = out / "rollback" / "logs"
-        code = _run(*sides[writer], ["write", str(folder)], logs / f"write-{writer}.log")
+        code = _run(*sides[writer], ["write", "--into", str(folder)], logs / f"write-{writer}.log")
         report_path = out / "rollback" / f"{direction}.json"
         if code == 0:
             code = _run(
                 *sides[reader],
-                ["read", str(folder), "--report", str(report_path)],
+                ["read", "--from", str(folder), "--report", str(report_path)],
                 logs / f"read-{direction}.log",
             )
         if code != 0 or not report_path.is_file():

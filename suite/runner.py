@@ -480,6 +480,34 @@ class Run:
         entry_found: dict[str, Any] = self._index[key]
         return entry_found
 
+    def _check_source(self, spec: CellSpec, doc: dict[str, Any], path: Path) -> dict[str, Any]:
+        """A cell whose workload file is not the one this run recorded (edited mid-run, or not
+        the file the container saw) ran other code: its record is a failure, not evidence.
+
+        Files at other paths are not compared: a built-in runs from the image's own copy."""
+        recorded = self.doc["workloads"].get(spec.ref) or {}
+        ran = doc.get("source") or {}
+        if not recorded.get("sha256") or ran.get("file") != recorded.get("file"):
+            return doc
+        if ran.get("sha256") == recorded["sha256"]:
+            return doc
+        failed = failure_result(
+            spec,
+            self.run_id,
+            doc["round"],
+            status="failed",
+            mode="source-changed",
+            message=(
+                f"the workload file {ran['file']} ran with sha256 {str(ran.get('sha256'))[:12]}, "
+                f"but this run recorded {recorded['sha256'][:12]} when it started; "
+                "rerun with the file unchanged"
+            ),
+            started_at=doc["started_at"],
+            wall_s=doc["wall_s"],
+        )
+        write_result(path, failed)
+        return failed
+
     def execute(self, spec: CellSpec, round_no: int) -> tuple[dict[str, Any], bool]:
         """Run one cell (or keep its valid record when resuming); returns (record, reused)."""
         path = cell_file(self.dir, spec.cell_id, round_no)
@@ -512,6 +540,7 @@ class Run:
                     round_no,
                     self.launcher,
                 )
+                doc = self._check_source(spec, doc, path)
         # The parent's view of the cell's wall time: process start and teardown included.
         harness = doc.get("harness") or {}
         self._entry(spec, round_no).update(

@@ -4,12 +4,14 @@ printed `docker run` line pasted into a shell."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -20,10 +22,13 @@ from suite.docker_side import WORKER_LABEL
 from suite.results import read_result
 from suite.runner import RunOptions, run_matrix
 from suite.sides import prepare
-from tests.helpers import cli
+from tests.helpers import REPO, cli
+from tests.plugins.team_bench import FAIL_VAR
 
 CELL = "sdpa.none.fp32.fwd.s256@cpu"
 IMAGE = os.environ.get("TORCH_MATRIX_TEST_IMAGE", "")
+CANDIDATE = os.environ.get("TORCH_MATRIX_TEST_IMAGE_CANDIDATE", "")
+WAYS = ("candidate-to-baseline", "baseline-to-candidate")
 
 
 def _docker_works() -> bool:
@@ -44,8 +49,8 @@ pytestmark = [
 ]
 
 
-def _image_ids() -> set[str]:
-    inspect = ["docker", "image", "inspect", IMAGE]
+def _image_ids(image: str = IMAGE) -> set[str]:
+    inspect = ["docker", "image", "inspect", image]
     doc = json.loads(subprocess.run(inspect, capture_output=True, check=True).stdout)[0]
     return {doc["Id"], *doc.get("RepoDigests", [])}
 
@@ -57,26 +62,130 @@ def no_stray_containers() -> Iterator[None]:
     assert subprocess.run(ps, capture_output=True, text=True).stdout.strip() == ""
 
 
-def test_ab_runs_cells_inside_the_image(tmp_path: Path) -> None:
-    out = tmp_path / "ab"
-    side = f"docker:{IMAGE}"
-    code, stdout, stderr = cli(
-        "ab", "--baseline", side, "--candidate", side, "--workload", "sdpa",
-        "--backend", "cpu", "--cell", CELL, "--rounds", "1", "--out", str(out),
-        "--no-traces", "--format", "json",
+def _team_plugin(tmp_path: Path) -> Path:
+    """tests/plugins/team_bench.py copied into a folder of its own, outside every run
+    directory: a container sees it only through the mount derived for it."""
+    plugin = tmp_path / "team-plugins" / "team_bench.py"
+    plugin.parent.mkdir()
+    shutil.copyfile(REPO / "tests" / "plugins" / "team_bench.py", plugin)
+    return plugin
+
+
+def _image_ab(
+    out: Path, baseline: str, candidate: str, plugin: Path, *workloads: str, rounds: int = 2
+) -> tuple[int, dict[str, Any]]:
+    code, _, stderr = cli(
+        "ab", "--baseline", f"docker:{baseline}", "--candidate", f"docker:{candidate}",
+        "--workload", f"{plugin}:TeamBench", *(w for name in workloads for w in ("--workload", name)),
+        "--backend", "cpu", "--rounds", str(rounds), "--out", str(out), "--no-traces",
+        "--format", "json",
     )  # fmt: skip
-    assert code in (0, 4, 5, 6), stderr
-    ids = _image_ids()
-    for role in ("baseline", "candidate"):
-        record = read_result(out / role / "cells" / f"{CELL}.json")
-        log = (out / role / "logs" / f"{CELL}.log").read_text()
-        assert record["status"] == "ok", (record["failure"], log[-2000:])
-        assert record["image"]["digest"] in ids
+    assert (out / "decision.json").is_file(), stderr
+    return code, json.loads((out / "decision.json").read_text())
+
+
+def _check_evidence(
+    out: Path, decision: dict[str, Any], plugin: Path, images: dict[str, str]
+) -> None:
+    """Every cell ran in its side's image and passed its status gate, the plugin inside was the
+    file outside (same sha256), both checkpoint directions and the rehearsal passed, and no log
+    carries an import warning."""
+    digest = hashlib.sha256(plugin.read_bytes()).hexdigest()
+    for role, image in images.items():
         run = json.loads((out / role / "run.json").read_text())
-        assert run["environment"]["image"]["digest"] in ids
+        assert run["environment"]["image"]["digest"] in _image_ids(image)
         assert run["environment"]["interpreter"].startswith("/opt/venv/")  # the image's python
-    decision = json.loads(stdout)
+        for entry in run["cells"]:
+            record = read_result(out / role / entry["file"])
+            log = (out / role / "logs" / f"{Path(entry['file']).stem}.log").read_text()
+            assert record["status"] == "ok", (record["failure"], log[-2000:])
+            assert "NumPy" not in log and "numpy" not in log, log[-2000:]
+            if record["spec"]["workload"] == "team_bench":
+                assert record["source"] == {
+                    **record["source"],
+                    "file": str(plugin),
+                    "sha256": digest,
+                }
+    matrix_cells = [c for c in decision["cells"] if c["row_id"] != "rollback@any"]
+    assert matrix_cells and all(
+        c["baseline_status"] == c["candidate_status"] == "ok" for c in matrix_cells
+    )
+    for cell in matrix_cells:
+        status = next(g for g in cell["gates"] if g["gate"] == "status")
+        assert status["verdict"] == "pass", cell
+    rollback = {
+        c["cell_id"]: c["gates"][0]["verdict"]
+        for c in decision["cells"]
+        if c["row_id"] == "rollback@any"
+    }
+    names = {n.removeprefix("rollback.").removesuffix("@any") for n in rollback}
+    expected = {f"checkpoint.{fmt}.{way}" for fmt in ("torch_save", "dcp") for way in WAYS}
+    assert {*expected, "rehearsal"} <= names, rollback
+    assert set(rollback.values()) == {"pass"}, rollback
+    for log in (out / "rollback" / "logs").iterdir():
+        assert "NumPy" not in log.read_text(), log
+
+
+def test_image_aa_with_an_outside_plugin_adopts(tmp_path: Path) -> None:
+    plugin = _team_plugin(tmp_path)
+    out = tmp_path / "runs" / "aa"
+    code, decision = _image_ab(out, IMAGE, IMAGE, plugin, "mlp_train")
+    _check_evidence(out, decision, plugin, {"baseline": IMAGE, "candidate": IMAGE})
     assert decision["comparable"]["ok"], decision["comparable"]
+    assert (code, decision["decision"]) == (0, "adopt"), decision["reasons"]
+
+
+@pytest.mark.skipif(
+    not CANDIDATE,
+    reason="TORCH_MATRIX_TEST_IMAGE_CANDIDATE is unset (.ci/docker-setup.sh builds 2.13.0 and 2.14.1)",
+)
+def test_image_pin_pair_decides_with_every_status_and_rollback_gate_passing(
+    tmp_path: Path,
+) -> None:
+    plugin = _team_plugin(tmp_path)
+    out = tmp_path / "runs" / "pair"
+    code, decision = _image_ab(out, IMAGE, CANDIDATE, plugin, "mlp_train")
+    _check_evidence(out, decision, plugin, {"baseline": IMAGE, "candidate": CANDIDATE})
+    versions = {
+        role: json.loads((out / role / "run.json").read_text())["environment"]["torch"]["version"]
+        for role in ("baseline", "candidate")
+    }
+    assert versions["baseline"] != versions["candidate"], versions
+    # research profile: nothing failed, so no rule blocks a row; undecided timing does not defer.
+    assert (code, decision["decision"]) == (0, "adopt"), decision["reasons"]
+
+
+@pytest.mark.skipif(not CANDIDATE, reason="TORCH_MATRIX_TEST_IMAGE_CANDIDATE is unset")
+def test_the_comments_reproduce_line_rewrites_a_failing_image_cell(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plugin = _team_plugin(tmp_path)
+    out = tmp_path / "runs" / "planted"
+    torch_version = (
+        subprocess.run(
+            ["docker", "image", "inspect", "--format",
+             '{{index .Config.Labels "dev.torch-matrix.torch-version"}}', CANDIDATE],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()
+    )  # fmt: skip
+    monkeypatch.setenv(FAIL_VAR, torch_version)  # the candidate's torch only
+    code, decision = _image_ab(out, IMAGE, CANDIDATE, plugin, rounds=1)
+    monkeypatch.delenv(FAIL_VAR)  # the line must carry it itself
+    assert (code, decision["decision"]) == (6, "rollback"), decision["reasons"]
+    (cell,) = [c for c in decision["cells"] if c["candidate_status"] == "failed"]
+    original = read_result(out / "candidate" / "cells" / f"{cell['cell_id']}.json")
+    assert "planted failure" in original["failure"]["message"]
+    comment = (out / "decision.md").read_text()
+    line = cell["repro"]["docker"]
+    assert line in comment  # the comment shows the same line, in its own code block
+    pasted = subprocess.run(line, shell=True, capture_output=True, text=True, timeout=900)
+    assert pasted.returncode == 1, pasted.stderr  # `run` exits 1: the cell failed again
+    (new,) = (out / "candidate" / "repro" / cell["cell_id"]).glob("cells/*.json")
+    again = read_result(new)
+    assert again["status"] == "failed"
+    assert again["failure"]["mode"] == original["failure"]["mode"]
+    assert again["failure"]["message"] == original["failure"]["message"]
+    assert again["source"]["sha256"] == original["source"]["sha256"]
 
 
 def test_repro_line_reruns_a_failing_cell(tmp_path: Path) -> None:
@@ -96,7 +205,9 @@ def test_repro_line_reruns_a_failing_cell(tmp_path: Path) -> None:
     printed = CliRunner().invoke(repro, [CELL, "--results", str(run_dir)])
     assert printed.exit_code == 0, printed.output
     line = printed.stdout.strip()
-    assert line.startswith("docker run --rm") and "--network none" in line
+    mkdir, docker_run = line.split(" && ", 1)
+    assert mkdir == f"mkdir -p {run_dir / 'repro' / CELL}"  # else Docker makes it, owned by root
+    assert docker_run.startswith("docker run --rm") and "--network none" in line
     pasted = subprocess.run(line, shell=True, capture_output=True, text=True, timeout=900)
     assert pasted.returncode == 1, pasted.stderr  # `run` exits 1: the cell timed out again
     (new,) = (run_dir / "repro" / CELL).glob(f"*/cells/{CELL}.json")

@@ -23,8 +23,10 @@ from suite.docker_side import (
     docker_run_line,
     exit_status,
     forwarded_env,
-    written_dirs,
+    mounts_for,
+    uncovered,
 )
+from suite.errors import EnvironmentProblem
 from suite.sides import parse
 from tests.synthetic import ENV, Cell, make_run
 
@@ -173,18 +175,66 @@ def test_device_options_by_backend(tmp_path: Path) -> None:
     assert "video" in client.created["group_add"]
 
 
-def test_mounts_cover_what_the_worker_writes() -> None:
-    argv = ["x", "--result", "/r/run/cells/a.json", "--out", "/tmp/p/env.json"]
-    assert written_dirs([*argv, "--trace", "/r/traces/a.trace.json"]) == [
-        "/r/run",
-        "/tmp/p",
-        "/r/traces",
-    ]
+def test_mounts_cover_what_each_step_reads_and_writes(tmp_path: Path) -> None:
+    plugins = tmp_path / "team"
+    plugins.mkdir()
+    (plugins / "bench.py").write_text("")
+    spec = json.dumps({"ref": f"{plugins}/bench.py:TeamBench", "backend": "cpu"})
+    run = tmp_path / "run"
+    worker = ["python", "-m", "suite.worker", "cell", "--spec", spec]
+    worker += ["--result", str(run / "cells" / "a@cpu.json"), "--path", "/host/cwd"]
+    assert mounts_for(worker) == {str(run): "rw", str(plugins): "ro"}
+    assert mounts_for([*worker, "--trace", str(tmp_path / "traces" / "a.json")]) == {
+        str(run): "rw",
+        str(plugins): "ro",
+        str(tmp_path / "traces"): "rw",
+    }
+    folder = run / "rollback" / "written-by-candidate"
+    write = ["python", "-m", "suite.rollback", "write", "--into", str(folder)]
+    assert mounts_for(write, create=True) == {str(folder): "rw"} and folder.is_dir()
+    report = run / "rollback" / "candidate-to-baseline.json"
+    read = ["python", "-m", "suite.rollback", "read", "--from", str(folder)]
+    assert mounts_for([*read, "--report", str(report)]) == {str(run / "rollback"): "rw"}
+    matrix = tmp_path / "m.yaml"
+    repro = ["torch-matrix", "run", f"--matrix={matrix}", "--workload", f"{plugins}/bench.py:X"]
+    repro += ["--out", str(run / "repro" / "a@cpu" / "r1")]
+    assert mounts_for(repro) == {
+        str(matrix): "ro",
+        str(plugins): "ro",
+        str(run / "repro" / "a@cpu"): "rw",
+    }
+    # Relative paths count from the step's working directory.
+    relative = ["torch-matrix", "run", "--workload", "team/bench.py:X", "--out", "o/r"]
+    assert mounts_for(relative, cwd=tmp_path) == {str(plugins): "ro", str(tmp_path / "o"): "rw"}
+    assert mounts_for(worker, {"TORCHINDUCTOR_CACHE_DIR": str(run / ".ind" / "a")}) == {
+        str(run): "rw",
+        str(plugins): "ro",
+    }
     assert collapse({"/r": "rw", "/r/run": "rw", "/m": "ro", "/m/out": "rw"}) == {
         "/m": "ro",
         "/m/out": "rw",
         "/r": "rw",
     }
+
+
+def test_a_plugin_directly_in_a_shared_folder_is_mounted_alone(tmp_path: Path) -> None:
+    argv = ["torch-matrix", "run", "--workload", "/tmp/bench.py:X"]
+    assert mounts_for(argv) == {"/tmp/bench.py": "ro"}  # /tmp is the container's HOME
+    home = Path.home() / "bench.py"
+    assert mounts_for(["run", "--workload", f"{home}:X"]) == {str(home): "ro"}
+
+
+def test_a_host_path_no_mount_covers_is_refused(tmp_path: Path) -> None:
+    stray = tmp_path / "stray.json"
+    stray.write_text("{}")
+    argv = ["python", "-m", "suite.worker", "cell", "--config", str(stray)]
+    assert uncovered(argv, mounts_for(argv)) == [str(stray)]
+    assert uncovered([*argv[:-2], "--path", str(tmp_path)], {}) == []  # sys.path only
+    client = FakeClient(FakeContainer())
+    launcher = ContainerLauncher(image=DIGEST, client_factory=lambda: client)
+    with pytest.raises(EnvironmentProblem, match="no mount covers"):
+        launcher(argv, log_path=tmp_path / "log", timeout_s=5.0)
+    assert client.created == {}  # refused before any container exists
 
 
 def test_forwarded_env_drops_secrets_and_host_layout() -> None:
@@ -282,3 +332,27 @@ def test_repro_unknown_cell_names_file_and_argument(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert f"{tmp_path / 'run' / 'run.json'}::CELL_ID" in result.stderr
     assert "did you mean w.a@cpu" in result.stderr
+
+
+def test_sdk_options_and_the_pasted_line_give_the_same_devices(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import suite.docker_side as docker_side
+
+    rocm = docker_side.Devices(nodes=("/dev/kfd", "/dev/dri"), groups=("video", "109"))
+    monkeypatch.setattr(docker_side, "devices", lambda backend: rocm)
+    options = docker_side.device_options("rocm")
+    assert options == {
+        "devices": ["/dev/kfd:/dev/kfd:rwm", "/dev/dri:/dev/dri:rwm"],
+        "group_add": ["video", "109"],
+    }
+    words = _shell_words(docker_run_line(DIGEST, "rocm", ["torch-matrix", "env"], {}))
+    assert [words[i + 1] for i, w in enumerate(words) if w == "--group-add"] == ["video", "109"]
+    assert [words[i + 1] for i, w in enumerate(words) if w == "--device"] == [
+        "/dev/kfd",
+        "/dev/dri",
+    ]
+    monkeypatch.setattr(docker_side, "devices", lambda backend: docker_side.Devices(gpus=True))
+    (request,) = docker_side.device_options("cuda")["device_requests"]
+    assert request["Capabilities"] == [["gpu"]]
+    assert "--gpus all" in docker_run_line(DIGEST, "cuda", ["torch-matrix", "env"], {})

@@ -80,3 +80,22 @@ def test_bad_references(ref: str, message: str, monkeypatch: pytest.MonkeyPatch)
 
 def test_sys_path_not_polluted() -> None:
     assert not any(Path(p).name == "site" for p in sys.path if "pytest" in p)
+
+
+def test_a_plugin_edited_mid_run_fails_its_cells(tmp_path: Path) -> None:
+    from suite.cli import plan
+    from suite.runner import RunOptions, run_matrix
+
+    plugin = tmp_path / "team" / "bench.py"
+    plugin.parent.mkdir()
+    plugin.write_text((REPO / "tests" / "plugins" / "planted.py").read_text())
+    ref = f"{plugin}:Quick"
+    matrix, cells, resolved = plan(None, [ref], ["cpu"], ["quick.8@cpu"], None)
+    kept = run_matrix(matrix, RunOptions(out=tmp_path / "kept"), cells=cells, resolved=resolved)
+    assert kept.statuses == {"quick.8@cpu": "ok"}
+    plugin.write_text(plugin.read_text() + "\n# edited after the run recorded it\n")
+    edited = run_matrix(matrix, RunOptions(out=tmp_path / "edited"), cells=cells, resolved=resolved)
+    assert edited.statuses == {"quick.8@cpu": "failed"}
+    record = read_result(tmp_path / "edited" / "cells" / "quick.8@cpu.json")
+    assert record["failure"]["mode"] == "source-changed"
+    assert str(plugin) in record["failure"]["message"]

@@ -39,7 +39,7 @@ def _side(planted: bool) -> Side:
     ) -> Outcome:
         outcome = run_process(argv, log_path=log_path, timeout_s=timeout_s, env=env)
         if planted and "write" in argv:
-            _rename_keys(Path(argv[argv.index("write") + 1]))
+            _rename_keys(Path(argv[argv.index("--into") + 1]))
         return outcome
 
     return Side("current", "current", sys.executable, 0.0, "current", launcher=launcher)

@@ -25,6 +25,7 @@ __all__ = [
     "Unsupported",
     "Workload",
     "builtin_names",
+    "file_part",
     "resolve",
 ]
 
@@ -66,6 +67,15 @@ def builtin_names() -> list[str]:
     return sorted(BUILTINS)
 
 
+def file_part(ref: str) -> str | None:
+    """The file of a `path/to/file.py:object` reference; None for built-in, entry-point and
+    `module:object` references."""
+    module_part, sep, _ = ref.rpartition(":")
+    if not sep or not module_part:
+        return None
+    return module_part if module_part.endswith(".py") or "/" in module_part else None
+
+
 def _import_file(path: Path, ref: str) -> ModuleType:
     if not path.is_file():
         raise WorkloadError(f"workload file {path} does not exist", path=ref)
@@ -90,7 +100,7 @@ def _load(target: str, ref: str) -> tuple[ModuleType, str, Any]:
             "or 'path/to/file.py:object'"
         )
     try:
-        if module_part.endswith(".py") or "/" in module_part:
+        if file_part(target) is not None:
             module = _import_file(Path(module_part), ref)
         else:
             module = importlib.import_module(module_part)
