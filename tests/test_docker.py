@@ -186,6 +186,13 @@ def test_the_comments_reproduce_line_rewrites_a_failing_image_cell(
     assert again["failure"]["mode"] == original["failure"]["mode"]
     assert again["failure"]["message"] == original["failure"]["message"]
     assert again["source"]["sha256"] == original["source"]["sha256"]
+    # `repro` prints the same command with its own --out, and --run reruns it.
+    printed = CliRunner().invoke(repro, [cell["cell_id"], "--results", str(out)])
+    assert printed.exit_code == 0, printed.output
+    assert f"-v {plugin.parent}:{plugin.parent}:ro" in printed.stdout
+    ran = CliRunner().invoke(repro, [cell["cell_id"], "--results", str(out), "--run"])
+    assert ran.exit_code == 1, ran.output
+    assert "status failed, was failed" in ran.stdout
 
 
 def test_repro_line_reruns_a_failing_cell(tmp_path: Path) -> None:
