@@ -22,7 +22,7 @@ from suite.cli_options import calibration_option, policy_options, warn_below_res
 from suite.errors import EnvironmentProblem, InputError, SuiteError
 
 if TYPE_CHECKING:
-    from suite.pins import Bump
+    from suite.pins import Assessment
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -72,18 +72,36 @@ def _read(path: Path, option: str) -> str:
         raise InputError(f"cannot read {option}: {exc}", file=str(path)) from None
 
 
-def pins_record(bump: Bump | None) -> dict[str, Any]:
-    """The JSON `pins --json` prints for a suite.pins.Bump, or for None (no change)."""
-    if bump is None:
-        return {"changed": False, "message": "no torch change"}
-    record: dict[str, Any] = {
-        "changed": True,
-        "baseline": bump.baseline,
-        "candidate": bump.candidate,
-        "files": list(bump.files),
-        "message": bump.message,
+def pins_record(result: Assessment | None) -> dict[str, Any]:
+    """The JSON `pins --json` prints for a suite.pins.Assessment (None: no change).
+
+    status is changed, unknown or unchanged; run says whether the matrix must run (torch moved,
+    or it cannot be told that it did not); changed stays true only for a known move."""
+    if result is None or result.status == "unchanged":
+        record: dict[str, Any] = {
+            "changed": False,
+            "status": "unchanged",
+            "run": False,
+            "message": "no torch change",
+        }
+        if result is not None and result.disagreements:
+            record["disagreements"] = list(result.disagreements)
+        return record
+    record = {
+        "changed": result.status == "changed",
+        "status": result.status,
+        "run": True,
+        "baseline": result.baseline,
+        "candidate": result.candidate,
+        "files": list(result.files),
+        "message": result.message,
+        "unknown": [u.as_dict() for u in result.unknown],
+        "disagreements": list(result.disagreements),
+        "companions": {
+            pkg: {"baseline": old, "candidate": new} for pkg, old, new in result.companions
+        },
     }
-    for role, pin in (("baseline", bump.baseline_pin), ("candidate", bump.candidate_pin)):
+    for role, pin in (("baseline", result.baseline_pin), ("candidate", result.candidate_pin)):
         record[f"{role}_index_url"] = pin.index_url if pin else None
         record[f"{role}_extra_index_urls"] = list(pin.extra_index_urls) if pin else []
     return record
@@ -113,34 +131,35 @@ def pins_command(
 ) -> None:
     """Say whether a change moves the torch pin, and from what to what.
 
-    Reads requirements*.txt, constraints*.txt, *.in and pyproject.toml at two git refs, or two
-    single files (--base-file/--head-file, e.g. two versions of requirements.txt). With
-    GITHUB_OUTPUT set, also writes the step outputs changed, baseline, candidate, files,
-    message and the index URLs.
+    Reads, at two git refs: requirements*.txt, constraints*.txt, *.in, pyproject.toml, uv.lock,
+    poetry.lock, pdm.lock, Pipfile.lock, pylock*.toml, conda environment*.yml, pixi.toml,
+    pixi.lock and Dockerfiles; or two single files (--base-file/--head-file, read as the head
+    file's name says, else as requirements; .toml as pyproject.toml). A changed file that cannot
+    be read, a moved range with no lock, or files that disagree give `unknown` (exit 0, status
+    unknown, run true), never "no torch change". torchvision, torchaudio and triton moves are
+    reported beside torch. With GITHUB_OUTPUT set, also writes the step outputs changed, status,
+    run, baseline, candidate, files, message, unknown, companions and the index URLs.
     """
-    from suite.pins import compare_pins, detect_bump, files_at_ref, pins_in_file
+    from suite.pins import Tree, assess, pin_file_kind, tree_at_ref, tree_of
 
     if base and head and not (base_file or head_file):
-        bump = detect_bump(
-            files_at_ref(repo, base),
-            files_at_ref(repo, head),
-            base_label=f"base ({base})",
-            head_label=f"head ({head})",
-        )
+        result = assess(tree_at_ref(repo, base), tree_at_ref(repo, head))
     elif base_file and head_file and not (base or head):
-        # Single files may have any name; only a .toml one is read as pyproject.toml.
-        kind = "pyproject" if head_file.suffix == ".toml" else "requirements"
-        old = pins_in_file(str(base_file), _read(base_file, "--base-file"), kind=kind)
-        new = pins_in_file(str(head_file), _read(head_file, "--head-file"), kind=kind)
-        bump = compare_pins(
-            old, new, base_label=f"--base-file {base_file}", head_label=f"--head-file {head_file}"
+        kind = pin_file_kind(head_file.name) or (
+            "pyproject" if head_file.suffix == ".toml" else "requirements"
         )
+        key = str(head_file)
+
+        def single(path: Path, option: str) -> Tree:
+            return tree_of({key: _read(path, option)}, {key: kind})
+
+        result = assess(single(base_file, "--base-file"), single(head_file, "--head-file"))
     else:
         raise InputError(
             "give --base and --head (git refs), or --base-file and --head-file",
             path="--base" if base or head else "--base-file",
         )
-    record = pins_record(bump)
+    record = pins_record(result)
     outputs = {k: _output_value(v) for k, v in record.items()}
     write_github_output(outputs)
     click.echo(json.dumps(record) if as_json else record["message"])
@@ -149,6 +168,10 @@ def pins_command(
 def _output_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, dict) or (
+        isinstance(value, list) and any(isinstance(v, dict) for v in value)
+    ):
+        return json.dumps(value, separators=(",", ":"))
     if isinstance(value, list):
         return " ".join(map(str, value))
     return "" if value is None else str(value)

@@ -1,4 +1,5 @@
-"""Torch pin-bump detection: requirements, constraints and pyproject pins, git refs, the CLI."""
+"""Torch pin-bump detection: every pin format (fixtures in tests/fixtures/pins), failing closed,
+git refs, the CLI."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from click.testing import CliRunner
 
 from suite.cli_ci import pins_command, write_github_output
 from suite.errors import InputError
+from suite.pin_formats import Unreadable
 from suite.pins import (
     MAX_FILE_BYTES,
     detect_bump,
@@ -21,6 +23,7 @@ from suite.pins import (
     find_torch_pins,
     pin_file_kind,
     pins_in_file,
+    tree_at_ref,
 )
 
 needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
@@ -37,7 +40,8 @@ torchvision==0.28.0
 
 
 def test_requirements_pin_with_local_version_marker_hash_and_index() -> None:
-    [pin] = find_torch_pins({"requirements.txt": REQUIREMENTS})
+    pin, vision = find_torch_pins({"requirements.txt": REQUIREMENTS})
+    assert (vision.package, vision.side) == ("torchvision", "torchvision==0.28.0")
     assert (pin.file, pin.line) == ("requirements.txt", 5)
     assert pin.requirement == 'torch==2.13.0+cpu; sys_platform == "linux"'
     assert pin.specifier == "==2.13.0+cpu"
@@ -64,16 +68,18 @@ def test_specifier_forms(line: str, specifier: str, version: str | None) -> None
 
 
 def test_bare_names_other_packages_and_prose_are_not_pins() -> None:
-    text = "torch\ntorchvision==0.28.0\n-r other.txt\n-e .\n./local/pkg\n"
+    text = "torch\ntorchvision\ntorchmetrics==1.6\n-r other.txt\n-e .\n./local/pkg\n"
     assert pins_in_file("requirements.txt", text) == []
     readme = "torch is installed from the CUDA index, see below.\n"
     assert pins_in_file("requirements/README.txt", readme) == []
 
 
 def test_a_broken_torch_line_names_file_and_line() -> None:
-    with pytest.raises(InputError) as info:
+    with pytest.raises(Unreadable, match="line 2"):
         pins_in_file("requirements.txt", "numpy\ntorch=2.13.0\n")
-    assert (info.value.file, info.value.path) == ("requirements.txt", "line 2")
+    with pytest.raises(InputError) as info:
+        find_torch_pins({"requirements.txt": "numpy\ntorch=2.13.0\n"})
+    assert info.value.file == "requirements.txt"
 
 
 @pytest.mark.parametrize(
@@ -90,6 +96,22 @@ def test_a_broken_torch_line_names_file_and_line() -> None:
         ("config.h.in", None),
         ("notes.txt", None),
         ("setup.cfg", None),
+        ("uv.lock", "uv-lock"),
+        ("sub/poetry.lock", "poetry-lock"),
+        ("pdm.lock", "pdm-lock"),
+        ("Pipfile.lock", "pipfile-lock"),
+        ("pylock.toml", "pylock"),
+        ("pylock.gpu.toml", "pylock"),
+        ("environment.yml", "conda"),
+        ("envs/environment-cuda.yaml", "conda"),
+        ("pixi.toml", "pixi-manifest"),
+        ("pixi.lock", "pixi-lock"),
+        ("Dockerfile", "dockerfile"),
+        ("docker/Dockerfile.cuda", "dockerfile"),
+        ("images/train.Dockerfile", "dockerfile"),
+        ("Containerfile", "dockerfile"),
+        ("docker-compose.yml", None),
+        ("Pipfile", None),
     ],
 )
 def test_pin_file_kind(path: str, kind: str | None) -> None:
@@ -121,7 +143,7 @@ def test_pyproject_pep621_optional_and_dependency_groups() -> None:
         ("torch>=2.1", 12),
     ]
     # Extras and a range beside the exact pins are one torch, not a conflict.
-    assert effective_pin(pins) is pins[0]
+    assert effective_pin(pins) == (pins[0], [])
 
 
 POETRY = """\
@@ -186,7 +208,10 @@ def test_bump_in_requirements_and_constraints() -> None:
         # A range that moves under an unchanged lock does not change the torch installed.
         (
             {"pyproject.toml": PYPROJECT, "requirements.txt": "torch==2.13.0\n"},
-            {"pyproject.toml": PYPROJECT.replace(">=2.1", ">=2.2")},
+            {
+                "pyproject.toml": PYPROJECT.replace(">=2.1", ">=2.2"),
+                "requirements.txt": "torch==2.13.0\n",
+            },
         ),
         ({}, {}),
     ],
@@ -202,14 +227,155 @@ def test_added_and_removed_pins() -> None:
     assert removed is not None and (removed.baseline, removed.candidate) == ("torch==2.13.0", None)
 
 
-def test_conflicting_pins_on_one_side_name_both_files() -> None:
+def test_conflicting_pins_on_one_side_are_unknown_naming_both_files() -> None:
     base = {"requirements.txt": "torch==2.13.0\n"}
     head = {"requirements.txt": "torch==2.14.1\n", "ci/constraints.txt": "\ntorch==2.13.0\n"}
-    with pytest.raises(InputError) as info:
-        detect_bump(base, head, head_label="head (HEAD)")
-    message = str(info.value)
-    assert "ci/constraints.txt:2" in message and "requirements.txt:1" in message
-    assert "head (HEAD)" in message
+    result = detect_bump(base, head)
+    assert result is not None and result.status == "unknown"
+    (reason,) = [u.reason for u in result.unknown if u.side == "head"]
+    assert "ci/constraints.txt:2" in reason and "requirements.txt:1" in reason
+
+
+def test_a_moved_range_with_no_lock_is_unknown() -> None:
+    base = {"pyproject.toml": '[project]\nname = "a"\ndependencies = ["torch>=2.13,<2.14"]\n'}
+    head = {"pyproject.toml": base["pyproject.toml"].replace("<2.14", "<2.15")}
+    result = detect_bump(base, head)
+    assert result is not None and result.status == "unknown" and result.run
+    assert "range with no lock" in result.message
+    # With a lock beside it, the lock says which torch: a known move.
+    lock = (FIXTURES / "uv-lock" / "base" / "uv.lock").read_text()
+    head_lock = (FIXTURES / "uv-lock" / "head" / "uv.lock").read_text()
+    moved = detect_bump({**base, "uv.lock": lock}, {**head, "uv.lock": head_lock})
+    assert moved is not None and moved.status == "changed"
+    assert (moved.baseline, moved.candidate) == ("torch==2.13.0", "torch==2.14.1")
+
+
+def test_a_lock_that_the_manifest_range_excludes_is_named() -> None:
+    lock = (FIXTURES / "uv-lock" / "head" / "uv.lock").read_text()
+    manifest = '[project]\nname = "a"\ndependencies = ["torch>=2.15"]\n'
+    result = detect_bump(
+        {"requirements.txt": "torch==2.13.0\n"}, {"uv.lock": lock, "pyproject.toml": manifest}
+    )
+    assert result is not None and result.status == "unknown"
+    assert any("excludes torch==2.14.1" in u.reason for u in result.unknown)
+
+
+FIXTURES = Path(__file__).parent / "fixtures" / "pins"
+MOVES = {
+    "uv-lock": ("uv.lock", {"torchvision": ("torchvision==0.28.0", "torchvision==0.29.1")}),
+    "poetry-lock": ("poetry.lock", {}),
+    "pdm-lock": ("pdm.lock", {}),
+    "pipfile-lock": ("Pipfile.lock", {}),
+    "pylock": ("pylock.toml", {}),
+    "conda": ("environment.yml", {"torchvision": ("torchvision==0.28.0", "torchvision==0.29.1")}),
+    "pixi-lock": ("pixi.lock", {}),
+    "pixi-manifest": ("pixi.toml", {}),
+    "dockerfile": ("Dockerfile", {"torchvision": ("torchvision==0.28.0", "torchvision==0.29.1")}),
+    "dockerfile-pip": ("docker/train.Dockerfile", {}),
+}
+NEGATIVE = {  # head -> (status, file named in the answer)
+    "malformed-uv-lock": ("unknown", "uv.lock"),
+    "ngc-image": ("unknown", "Dockerfile"),
+    "pixi-lock-future": ("unknown", "pixi.lock"),
+    "comment-only": ("unchanged", None),
+    "unrelated-section": ("unchanged", None),
+}
+
+
+def _fixture_repo(tmp_path: Path, case: str) -> Path:
+    """A repository whose base commit holds the case's base/ files and whose head commit
+    changes only them to head/, beside a pyproject.toml with a torch range in both."""
+    root = tmp_path / case
+    root.mkdir()
+    _git(root, "init", "-q")
+    (root / "pyproject.toml").write_text(
+        '[project]\nname = "team"\ndependencies = ["torch>=2.13"]\n'
+    )
+    for side in ("base", "head"):
+        for f in (FIXTURES / case / side).rglob("*"):
+            if f.is_file():
+                target = root / f.relative_to(FIXTURES / case / side)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(f.read_text())
+        _git(root, "add", "-A")
+        _git(root, "commit", "-q", "--allow-empty", "-m", side)
+    return root
+
+
+def _pins_json(root: Path) -> dict[str, object]:
+    argv = ["--base", "HEAD~1", "--head", "HEAD", "--repo", str(root), "--json"]
+    result = CliRunner().invoke(pins_command, argv, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    record: dict[str, object] = json.loads(result.stdout)
+    return record
+
+
+@needs_git
+@pytest.mark.parametrize("case", sorted(MOVES))
+def test_a_change_only_in_one_pin_format_reports_the_move(tmp_path: Path, case: str) -> None:
+    file, companions = MOVES[case]
+    record = _pins_json(_fixture_repo(tmp_path, case))
+    assert record["status"] == "changed" and record["run"] is True, record
+    assert (record["baseline"], record["candidate"]) == ("torch==2.13.0", "torch==2.14.1")
+    assert record["files"] == [file] and file in str(record["message"])
+    assert record["companions"] == {
+        pkg: {"baseline": old, "candidate": new} for pkg, (old, new) in companions.items()
+    }
+
+
+@needs_git
+@pytest.mark.parametrize("case", sorted(NEGATIVE))
+def test_negative_fixtures_never_read_as_a_move(tmp_path: Path, case: str) -> None:
+    status, file = NEGATIVE[case]
+    record = _pins_json(_fixture_repo(tmp_path, case))
+    assert record["status"] == status, record
+    if status == "unknown":
+        assert record["run"] is True and record["changed"] is False
+        assert record["unknown"][0]["file"] == file  # type: ignore[index]
+    else:
+        assert record == {
+            "changed": False,
+            "status": "unchanged",
+            "run": False,
+            "message": "no torch change",
+        }
+
+
+def _variants(
+    lock: str, base_lock: str, head_lock: str
+) -> list[tuple[dict[str, str], dict[str, str]]]:
+    """The same lock move beside every other shape of tree a pull request may have."""
+    ranged = '[project]\nname = "a"\ndependencies = ["torch>=2.13"]\n'
+    excluding = '[project]\nname = "a"\ndependencies = ["torch<2.14"]\n'
+    broken = head_lock.replace("2.14.1", "2.14.1\x00[[[", 1)
+    out = []
+    for others_base, others_head in (
+        ({}, {}),
+        ({"pyproject.toml": ranged}, {"pyproject.toml": ranged}),
+        ({"pyproject.toml": ranged}, {"pyproject.toml": excluding}),
+        ({"requirements.txt": "torch==2.13.0\n"}, {"requirements.txt": "torch==2.13.0\n"}),
+        ({"environment.yml": "dependencies: [pytorch=2.13.0]\n"}, {"environment.yml": "{{{"}),
+        (
+            {"Dockerfile": "FROM nvcr.io/nvidia/pytorch:25.01-py3\n"},
+            {"Dockerfile": "FROM nvcr.io/nvidia/pytorch:25.01-py3\n"},
+        ),
+    ):
+        for head_text in (head_lock, broken):
+            out.append(({lock: base_lock, **others_base}, {lock: head_text, **others_head}))
+    return out
+
+
+@pytest.mark.parametrize(
+    "case", ["uv-lock", "poetry-lock", "pdm-lock", "pipfile-lock", "pylock", "pixi-lock"]
+)
+def test_a_lock_that_moves_torch_never_ends_in_no_torch_change(case: str) -> None:
+    file = MOVES[case][0]
+    base_lock = (FIXTURES / case / "base" / file).read_text()
+    head_lock = (FIXTURES / case / "head" / file).read_text()
+    for base, head in _variants(file, base_lock, head_lock):
+        result = detect_bump(base, head)
+        assert result is not None and result.run, (case, sorted(head))
+        assert result.status in ("changed", "unknown")
 
 
 def _git(repo: Path, *args: str) -> None:
@@ -243,6 +409,11 @@ def repo(tmp_path: Path) -> Path:
 @needs_git
 def test_files_at_ref_reads_only_pin_files_and_skips_huge_ones(repo: Path) -> None:
     assert files_at_ref(repo, "HEAD~1") == {"requirements.txt": "numpy==2.1.0\ntorch==2.13.0\n"}
+    tree = tree_at_ref(repo, "HEAD~1")
+    assert (
+        list(tree.unread) == ["requirements-big.txt"]
+        and "read limit" in tree.unread["requirements-big.txt"]
+    )
     with pytest.raises(InputError, match="no-such-ref"):
         files_at_ref(repo, "no-such-ref")
     with pytest.raises(InputError, match="--output"):
@@ -273,7 +444,12 @@ def test_pins_cli_no_change_and_bad_ref(repo: Path, monkeypatch: pytest.MonkeyPa
     argv = ["--base", "HEAD", "--head", "HEAD", "--repo", str(repo), "--json"]
     result = CliRunner().invoke(pins_command, argv, catch_exceptions=False)
     assert result.exit_code == 0
-    assert json.loads(result.stdout) == {"changed": False, "message": "no torch change"}
+    assert json.loads(result.stdout) == {
+        "changed": False,
+        "status": "unchanged",
+        "run": False,
+        "message": "no torch change",
+    }
     argv = ["--base", "nope", "--head", "HEAD", "--repo", str(repo)]
     result = CliRunner().invoke(pins_command, argv, catch_exceptions=False)
     assert result.exit_code == 2 and "'nope'" in result.stderr
@@ -295,14 +471,26 @@ def test_pins_cli_single_files_and_human_line(tmp_path: Path) -> None:
     assert result.stdout.strip() == record["message"]
 
 
-def test_pins_cli_options_and_conflicts_exit_2(tmp_path: Path) -> None:
+def test_pins_cli_options_exit_2_and_an_unmoved_conflict_is_reported(tmp_path: Path) -> None:
     result = CliRunner().invoke(pins_command, ["--base", "HEAD"], catch_exceptions=False)
     assert result.exit_code == 2 and "--head" in result.stderr
     conflicted = tmp_path / "requirements.txt"
     conflicted.write_text('torch==2.13.0; sys_platform == "linux"\ntorch==2.12.0\n')
-    argv = ["--base-file", str(conflicted), "--head-file", str(conflicted)]
+    argv = ["--base-file", str(conflicted), "--head-file", str(conflicted), "--json"]
     result = CliRunner().invoke(pins_command, argv, catch_exceptions=False)
-    assert result.exit_code == 2 and "pinned differently" in result.stderr
+    record = json.loads(result.stdout)
+    assert result.exit_code == 0 and record["status"] == "unchanged"  # nothing moved
+    assert "torch==2.12.0" in record["disagreements"][0]
+
+
+def test_pins_cli_single_unreadable_file_is_unknown(tmp_path: Path) -> None:
+    old, new = tmp_path / "base.lock", tmp_path / "uv.lock"
+    old.write_text((FIXTURES / "uv-lock" / "base" / "uv.lock").read_text())
+    new.write_text("version = 1\n[[package]\n")
+    argv = ["--base-file", str(old), "--head-file", str(new), "--json"]
+    record = json.loads(CliRunner().invoke(pins_command, argv, catch_exceptions=False).stdout)
+    assert record["status"] == "unknown" and record["unknown"][0]["file"] == str(new)
+    assert "not valid TOML" in record["unknown"][0]["reason"]
 
 
 def test_github_output_uses_a_delimiter_for_multiline_values(
