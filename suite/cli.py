@@ -17,7 +17,7 @@ from suite.cli_options import (
     policy_options,
     warn_below_resolution,
 )
-from suite.errors import SuiteError
+from suite.errors import InputError, SuiteError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -575,6 +575,18 @@ def compare(
     required=True,
     help="Folder for decision.json, decision.md and junit.xml.",
 )
+@click.option(
+    "--summary",
+    "summary_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Append the Markdown report to this file (a job summary: $GITHUB_STEP_SUMMARY), cut by "
+    "whole rows to keep the file under GitHub's 1 MiB limit.",
+)
+@click.option(
+    "--full-report-url",
+    metavar="URL",
+    help="Where the full report lives (the run's artifacts); linked when --summary cuts rows.",
+)
 @format_option
 @handles_errors
 def aggregate(
@@ -583,6 +595,8 @@ def aggregate(
     policy_profile: str | None,
     notes: Sequence[str],
     out: Path,
+    summary_file: Path | None,
+    full_report_url: str | None,
     fmt: str,
 ) -> None:
     """Join the results of many ab jobs (baseline/ beside candidate/) into one decision."""
@@ -594,7 +608,38 @@ def aggregate(
     decision = join(job_dirs(roots), policy, notes=notes)
     out.mkdir(parents=True, exist_ok=True)
     write_reports(decision, out)
+    if summary_file is not None:
+        append_summary(decision, summary_file, full_report_url)
     finish_decision(decision, fmt)
+
+
+# GitHub refuses a job summary above 1 MiB (for the whole step); a margin keeps what the
+# workflow's shell adds after the report inside it.
+SUMMARY_MAX_BYTES = (1 << 20) - 4096
+
+
+def append_summary(decision: dict[str, Any], path: Path, full_report_url: str | None) -> int:
+    """Append the report to a job summary, cut to fit beside what the file holds; returns the
+    bytes written."""
+    from suite.report.markdown import render_markdown
+
+    try:
+        used = path.stat().st_size if path.exists() else 0
+    except OSError as exc:
+        raise InputError(
+            f"cannot read the summary file: {exc}", file=str(path), path="--summary"
+        ) from None
+    room = max(0, SUMMARY_MAX_BYTES - used)
+    text = render_markdown(decision, max_bytes=room, full_report_url=full_report_url)
+    data = text.encode("utf-8")
+    try:
+        with open(path, "ab") as fh:
+            fh.write(data)
+    except OSError as exc:
+        raise InputError(
+            f"cannot append to the summary file: {exc}", file=str(path), path="--summary"
+        ) from None
+    return len(data)
 
 
 def _register() -> None:

