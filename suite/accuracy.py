@@ -75,3 +75,31 @@ def judge(
     k, tol = (tolerances or DEFAULT_TOLERANCES).get(dtype, DEFAULT_TOLERANCES["fp32"])
     passed = math.isfinite(rmse_result) and rmse_result <= k * rmse_reference + tol
     return Verdict(passed, rmse_result, rmse_reference, k, tol)
+
+
+@dataclass(frozen=True)
+class Drift:
+    """The worst relative difference between two sets of saved outputs."""
+
+    name: str  # the output it was found in; "" when there were none
+    relative: float  # inf where an output is missing, reshaped, or not finite on either side
+    missing: bool = False  # an output of the left side is absent or reshaped on the right
+
+
+def tensor_drift(left: dict[str, torch.Tensor], right: dict[str, torch.Tensor]) -> Drift:
+    """max |left - right| / max |left|, over every output of left.
+
+    A NaN or an infinity anywhere (in either output, or in the difference) is infinite drift:
+    comparisons with NaN are false, so a plain `rel > worst` would let it pass."""
+    worst = Drift("", 0.0)
+    for name, x in left.items():
+        y = right.get(name)
+        if y is None or y.shape != x.shape:
+            return Drift(name, math.inf, missing=True)
+        scale = max(float(x.double().abs().max()), 1e-12)
+        rel = float((x.double() - y.double()).abs().max()) / scale
+        if not math.isfinite(rel) or not math.isfinite(scale):
+            rel = math.inf
+        if rel > worst.relative:
+            worst = Drift(name, rel)
+    return worst

@@ -6,11 +6,11 @@ determinism (determinism workload) and drift (any workload that saves outputs).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from suite.accuracy import tensor_drift
 from suite.gates import gate_result
 from suite.policy import Gate
 
@@ -143,17 +143,12 @@ def drift(gate: Gate, base: Sequence[Record], cand: Sequence[Record]) -> dict[st
     right = torch.load(Path(c["_run_dir"]) / c["outputs"]["file"], weights_only=True)
     dtype = str(b["spec"]["params"].get("dtype", "fp32"))
     tolerance = (gate.relative_tolerance or {}).get(dtype, gate.threshold or 1e-4)
-    worst_name, worst = "", 0.0
-    for name, x in left.items():
-        y = right.get(name)
-        if y is None or y.shape != x.shape:
-            return gate_result(
-                gate, "fail", f"output {name!r} missing or reshaped on the candidate"
-            )
-        scale = max(float(x.double().abs().max()), 1e-12)
-        rel = float((x.double() - y.double()).abs().max()) / scale
-        if not math.isfinite(rel) or rel > worst:
-            worst_name, worst = name, rel if math.isfinite(rel) else math.inf
+    found = tensor_drift(left, right)
+    if found.missing:
+        return gate_result(
+            gate, "fail", f"output {found.name!r} missing or reshaped on the candidate"
+        )
+    worst_name, worst = found.name, found.relative
     numbers = {"candidate": worst, "threshold": tolerance}
     if worst > tolerance:
         return gate_result(

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from suite.accuracy import tensor_drift
 from suite.gates import gate_result
 from suite.matrix import Matrix
 from suite.policy import Gate, Policy
@@ -94,19 +94,8 @@ def checkpoint_cells(direction: str, report: dict[str, Any]) -> list[dict[str, A
 def _drift(a: Path, b: Path) -> tuple[str, float]:
     import torch
 
-    left = torch.load(a, weights_only=True)
-    right = torch.load(b, weights_only=True)
-    worst_name, worst = "", 0.0
-    for name, x in left.items():
-        y = right.get(name)
-        if y is None or y.shape != x.shape:
-            return name, math.inf
-        rel = float((x.double() - y.double()).abs().max()) / max(
-            float(x.double().abs().max()), 1e-12
-        )
-        if rel > worst:
-            worst_name, worst = name, rel
-    return worst_name, worst
+    found = tensor_drift(torch.load(a, weights_only=True), torch.load(b, weights_only=True))
+    return found.name, found.relative
 
 
 def rehearsal(

@@ -65,3 +65,40 @@ def test_incompatible_checkpoint_fails_the_gate(tmp_path: Path) -> None:
     assert verdicts["rollback.checkpoint.dcp.candidate-to-baseline@any"]["verdict"] == "pass"
     assert verdicts["rollback.checkpoint.torch_save.baseline-to-candidate@any"]["verdict"] == "pass"
     assert set(reports) == {"candidate-to-baseline", "baseline-to-candidate"}
+
+
+def _rehearsal_dirs(tmp_path: Path, before: torch.Tensor, after: torch.Tensor) -> tuple[Any, ...]:
+    """A baseline cell and its rehearsal, identical but for one saved output."""
+    import json
+
+    from suite.cli import plan
+
+    _, cells, _ = plan(None, ["sdpa"], ["cpu"], ["sdpa.none.fp32.fwd.s256@cpu"], None)
+    (spec,) = cells
+    dirs = []
+    for name, tensor in (("base", before), ("rehearsal", after)):
+        folder = tmp_path / name
+        (folder / "cells").mkdir(parents=True)
+        (folder / "tensors").mkdir()
+        torch.save({"out": tensor}, folder / "tensors" / "out.pt")
+        doc = {"status": "ok", "outputs": {"file": "tensors/out.pt"}}
+        (folder / "cells" / f"{spec.cell_id}.json").write_text(json.dumps(doc))
+        dirs.append(folder)
+    return cells, dirs[0], dirs[1]
+
+
+def test_a_nan_in_the_rehearsal_fails_it(tmp_path: Path) -> None:
+    from suite.policy import load_policy
+    from suite.rollback_gate import judge_rehearsal
+
+    policy = load_policy(None, "research")
+    timing = {"duration_s": 1.0, "environment_ready_s": 0.5, "rehearsal_s": 0.5}
+    good = torch.ones(4)
+    cells, base, again = _rehearsal_dirs(tmp_path / "same", good, good.clone())
+    verdict = judge_rehearsal(cells, base, again, policy, timing)["gates"][0]
+    assert verdict["verdict"] == "pass"
+    for poisoned in (torch.tensor([1.0, float("nan"), 1.0, 1.0]), torch.full((4,), float("inf"))):
+        cells, base, again = _rehearsal_dirs(tmp_path / str(poisoned[1].item()), good, poisoned)
+        verdict = judge_rehearsal(cells, base, again, policy, timing)["gates"][0]
+        assert verdict["verdict"] == "fail", verdict["message"]
+        assert "does not reproduce itself" in verdict["message"]
