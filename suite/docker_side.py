@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import shlex
 import signal
 import socket
@@ -30,6 +29,7 @@ from typing import Any
 from suite.envinfo import ENV_PREFIXES, IMAGE_DIGEST_VAR, IMAGE_REF_VAR
 from suite.errors import EnvironmentProblem, InputError
 from suite.launch import TERM_GRACE_S, Outcome
+from suite.secrets import without_secrets
 from suite.sides import Side
 from suite.workloads import file_part
 
@@ -66,20 +66,13 @@ _WHOLE_FOLDER_NEVER = ("/", "/tmp", "/home", "/root", "/opt", "/usr", "/var", "/
 # Allowlist: what the environment record keeps, plus locale and Python output settings. PATH,
 # HOME, PYTHONPATH and VIRTUAL_ENV describe the host's layout and would break the image's.
 _FORWARD_PREFIXES = (*ENV_PREFIXES, "PYTHONUNBUFFERED", "PYTHONHASHSEED", "LANG", "LC_", "TZ")
-_SECRET = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL|AUTH", re.IGNORECASE)
 _HOST_ONLY = ("TORCH_MATRIX_CACHE", "TORCH_MATRIX_TEST_IMAGE")
 
 
 def forwarded_env(env: Mapping[str, str]) -> dict[str, str]:
     """The variables that go into a container: allowlisted, never a secret or a redacted one."""
-    return {
-        k: v
-        for k, v in sorted(env.items())
-        if k.startswith(_FORWARD_PREFIXES)
-        and not _SECRET.search(k)
-        and k not in _HOST_ONLY
-        and v != "<redacted>"
-    }
+    allowed = {k: v for k, v in env.items() if k.startswith(_FORWARD_PREFIXES)}
+    return without_secrets({k: v for k, v in allowed.items() if k not in _HOST_ONLY})
 
 
 def image_env(reference: str | None, digest: str | None, base: str | None) -> dict[str, str]:

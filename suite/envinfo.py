@@ -10,6 +10,7 @@ import sys
 from typing import Any
 
 from suite.backends import BACKENDS
+from suite.secrets import redact
 
 ENV_PREFIXES = (
     "TORCH",
@@ -27,7 +28,6 @@ ENV_PREFIXES = (
 )
 IMAGE_REF_VAR = "TORCH_MATRIX_IMAGE"
 IMAGE_DIGEST_VAR = "TORCH_MATRIX_IMAGE_DIGEST"
-_SECRET = re.compile(r"TOKEN|SECRET|PASSWORD|KEY", re.IGNORECASE)
 
 
 def cpu_model() -> str:
@@ -51,11 +51,8 @@ def memory_total_bytes() -> int | None:
 
 
 def relevant_env() -> dict[str, str]:
-    return {
-        k: ("<redacted>" if _SECRET.search(k) else v)
-        for k, v in sorted(os.environ.items())
-        if k.startswith(ENV_PREFIXES)
-    }
+    """The variables that shape a run (ENV_PREFIXES), secrets redacted (suite/secrets.py)."""
+    return redact({k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIXES)})
 
 
 def _package_versions() -> dict[str, str]:

@@ -1,0 +1,51 @@
+"""One rule for secrets: no file a run records and no container it starts ever sees a secret's
+value, whatever its name's spelling."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from suite.docker_side import forwarded_env
+from suite.envinfo import relevant_env
+from suite.secrets import REDACTED, is_secret
+from tests.helpers import cli, planted
+
+SECRETS = {
+    "TORCH_HUB_AUTH": "auth-value-0a1b2c",
+    "CUDA_API_KEY": "key-value-3d4e5f",
+    "TORCH_MATRIX_PASSWD": "passwd-value-6a7b8c",
+    "NCCL_CREDENTIALS": "credential-value-9d0e1f",
+    "PYTORCH_TOKEN": "token-value-2a3b4c",
+}
+
+
+def test_the_rule() -> None:
+    assert all(is_secret(name) for name in SECRETS)
+    assert not any(is_secret(n) for n in ("TORCH_LOGS", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES"))
+
+
+def test_no_recorded_file_of_a_run_holds_a_secret(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in SECRETS.items():
+        monkeypatch.setenv(name, value)
+    recorded = relevant_env()
+    assert {recorded[name] for name in SECRETS} == {REDACTED}
+    assert not set(SECRETS) & set(forwarded_env(dict(SECRETS)))
+    out = tmp_path / "run"
+    code, stdout, stderr = cli(
+        "run", "--workload", planted("Quick"), "--cell", "quick.8@cpu", "--out", str(out)
+    )
+    assert code == 0, stderr
+    files = [p for p in out.rglob("*") if p.is_file()]
+    assert any(p.name == "run.json" for p in files) and any(p.suffix == ".log" for p in files)
+    for path in files:
+        data = path.read_bytes()
+        for value in SECRETS.values():
+            assert value.encode() not in data, path
+    for text in (stdout, stderr):
+        assert not any(value in text for value in SECRETS.values())
+    run_json = (out / "run.json").read_text()
+    assert all(f'"{name}": "{REDACTED}"' in run_json for name in SECRETS)
