@@ -55,6 +55,9 @@ def _counts(name: str, reasons: str) -> GateFn:
                 if r and r not in str(_metric(base, reasons) or "")
             ]
             why = f"; new: {'; '.join(new)[:600]}" if new else ""
+            if not gate.must_not_grow:  # the policy allows growth: say it, do not fail
+                text = f"{name} grew {b} -> {c}{why} (allowed: must_not_grow is false)"
+                return gate_result(gate, "pass", text, **numbers)
             return gate_result(gate, "fail", f"{name} grew {b} -> {c}{why}", **numbers)
         if c < b:
             return gate_result(gate, "improved", f"{name} fell {b} -> {c}", **numbers)

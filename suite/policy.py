@@ -89,6 +89,60 @@ class Policy:
         }
 
 
+# Every gate the suite computes, and the fields each needs beyond its severity. The schema
+# cannot say this (one shape serves every gate), so load_policy checks it before any cell runs.
+GATE_NEEDS: dict[str, tuple[str, ...]] = {
+    "status": (),
+    "correctness": (),
+    "latency_p50": ("threshold",),
+    "latency_p95": ("threshold",),
+    "throughput": ("threshold",),
+    "compile_time": ("threshold",),
+    "peak_memory": ("threshold",),
+    "memory_budget": (),
+    "graph_breaks": (),
+    "recompiles": (),
+    "export": (),
+    "determinism": (),
+    "drift": (),
+    "rollback": (),
+}
+
+
+def _check_gates(raw: dict[str, Any], rules: list[dict[str, Any]], file: str, where: str) -> None:
+    """What a schema-valid profile can still get wrong: a gate the suite does not compute, a
+    field a gate needs, a rule naming a gate the profile lacks."""
+    gates = raw["gates"]
+    for name, fields in gates.items():
+        if name not in GATE_NEEDS:
+            raise InputError(
+                f"no gate {name!r} exists; the gates are {', '.join(GATE_NEEDS)}",
+                file=file,
+                path=f"{where}.gates.{name}",
+            )
+        for needed in GATE_NEEDS[name]:
+            if fields.get(needed) is None:
+                raise InputError(
+                    f"the {name} gate needs a {needed} (a relative change, e.g. 0.05 for 5%)",
+                    file=file,
+                    path=f"{where}.gates.{name}.{needed}",
+                )
+        if name in ("graph_breaks", "recompiles") or "must_not_grow" not in fields:
+            continue
+        raise InputError(
+            "must_not_grow applies to the graph_breaks and recompiles gates only",
+            file=file,
+            path=f"{where}.gates.{name}.must_not_grow",
+        )
+    for i, rule in enumerate(rules):
+        if rule.get("gate") is not None and rule["gate"] not in gates:
+            raise InputError(
+                f"the rule names gate {rule['gate']!r}, which this profile does not have",
+                file=file,
+                path=f"{where}.rules[{i}].gate",
+            )
+
+
 def _gate(name: str, raw: dict[str, Any]) -> Gate:
     tolerances = raw.get("tolerances")
     return Gate(
@@ -158,6 +212,7 @@ def load_policy(path: Path | None, profile: str | None) -> Policy:
             file=file,
             path=f"$.profiles.{name}.rules",
         )
+    _check_gates(raw, rules, file, f"$.profiles.{name}")
     return Policy(
         file=file,
         sha256=digest,
