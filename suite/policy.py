@@ -152,7 +152,8 @@ def _gate(name: str, raw: dict[str, Any]) -> Gate:
         required=bool(raw.get("required", False)),
         min_bytes=int(raw.get("min_bytes", 0)),
         budget_bytes=raw.get("budget_bytes"),
-        must_not_grow=bool(raw.get("must_not_grow", False)),
+        # Growth fails unless the policy says must_not_grow: false.
+        must_not_grow=bool(raw.get("must_not_grow", name in ("graph_breaks", "recompiles"))),
         paths=tuple(raw.get("paths", ())),
         relative_tolerance=raw.get("relative_tolerance"),
         tolerances={k: (float(v[0]), float(v[1])) for k, v in tolerances.items()}
