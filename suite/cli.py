@@ -253,7 +253,8 @@ def validate(files: Sequence[Path], kind: str | None) -> None:
             click.echo(f"ok  {target} ({found_kind})")
         except InputError as exc:
             bad += 1
-            click.echo(f"torch-matrix: error: {exc}", err=True)
+            for line in str(exc).splitlines():  # every schema problem, one line each
+                click.echo(f"torch-matrix: error: {line}", err=True)
     if bad:
         sys.exit(2)
 

@@ -24,6 +24,19 @@ class InputError(SuiteError):
         super().__init__(f"{where}{message}")
 
 
+class SchemaErrors(InputError):
+    """Every schema problem of one document; the first is the most relevant (path and detail
+    are its), and the message lists all, one `file::$.path: message` per line."""
+
+    def __init__(self, problems: list[tuple[str, str]], *, file: str) -> None:
+        path, message = problems[0]
+        super().__init__(message, file=file, path=path)
+        self.problems = problems
+
+    def __str__(self) -> str:
+        return "\n".join(f"{self.file}::{path}: {message}" for path, message in self.problems)
+
+
 class SchemaVersionError(InputError):
     """A file carries a schema version this suite does not read."""
 

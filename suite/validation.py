@@ -17,7 +17,7 @@ import jsonschema
 import yaml
 from referencing import Registry, Resource
 
-from suite.errors import InputError, SchemaVersionError
+from suite.errors import InputError, SchemaErrors, SchemaVersionError
 
 # kind -> (schema file, supported versions)
 KINDS: dict[str, tuple[str, tuple[int, ...]]] = {
@@ -75,7 +75,8 @@ def detect_kind(doc: Mapping[str, Any]) -> str | None:
 
 
 def validate(doc: Any, kind: str, *, file: str) -> None:
-    """Raise InputError naming the file and the JSON path of the first problem."""
+    """Raise SchemaErrors naming the file and the JSON path of every problem, the most
+    relevant first."""
     if not isinstance(doc, dict):
         raise InputError(f"expected an object, found {type(doc).__name__}", file=file, path="$")
     schema_file, versions = KINDS[kind]
@@ -98,7 +99,9 @@ def validate(doc: Any, kind: str, *, file: str) -> None:
     errors = sorted(validator.iter_errors(doc), key=lambda e: (len(e.absolute_path), str(e.path)))
     if errors:
         best = jsonschema.exceptions.best_match(errors)
-        raise InputError(best.message, file=file, path=json_path(best.absolute_path))
+        rest = [e for e in errors if e is not best]
+        problems = [(json_path(e.absolute_path), e.message) for e in [best, *rest]]
+        raise SchemaErrors(problems, file=file)
 
 
 def load_document(path: Path) -> Any:

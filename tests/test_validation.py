@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -49,3 +50,20 @@ def test_missing_file_is_input_error(tmp_path: Path) -> None:
     code, _, err = cli("validate", str(tmp_path / "nope.json"))
     assert code == 2
     assert "file not found" in err
+
+
+def test_validate_reports_every_schema_error_of_a_file(tmp_path: Path) -> None:
+    bad = tmp_path / "policy.json"
+    profile = {"fleet_backends": "cpu", "gates": {"x": {"severity": "nope", "threshold": "a"}}}
+    bad.write_text(
+        json.dumps({"kind": "torch-matrix/policy", "version": 1, "profiles": {"p": profile}})
+    )
+    code, _, stderr = cli("validate", str(bad))
+    assert code == 2
+    lines = [line for line in stderr.splitlines() if line.startswith("torch-matrix: error:")]
+    assert [line.split("::", 1)[1].split(":", 1)[0] for line in lines] == [
+        "$.profiles.p.fleet_backends",
+        "$.profiles.p.gates.x.severity",
+        "$.profiles.p.gates.x.threshold",
+    ]
+    assert all(f"{bad}::" in line for line in lines)
