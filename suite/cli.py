@@ -11,13 +11,14 @@ from typing import Any, TypeVar
 import click
 
 from suite import __version__
+from suite.cli_edge import handles_errors
 from suite.cli_options import (
     DEFAULT_CALIBRATION,
     calibration_option,
     policy_options,
     warn_below_resolution,
 )
-from suite.errors import InputError, SuiteError
+from suite.errors import InputError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -28,27 +29,6 @@ Exit codes:
   2  invalid input: a matrix, result or argument is wrong (the message names file and field)
   3  environment problem: no torch in the interpreter, output not writable, ...
   130  interrupted"""
-
-
-def _fail(exc: SuiteError) -> None:
-    click.echo(f"torch-matrix: error: {exc}", err=True)
-    sys.exit(exc.exit_code)
-
-
-def handles_errors(fn: F) -> F:
-    import functools
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except SuiteError as exc:
-            _fail(exc)
-        except KeyboardInterrupt:
-            click.echo("torch-matrix: interrupted", err=True)
-            sys.exit(130)
-
-    return wrapper  # type: ignore[return-value]
 
 
 @click.group(

@@ -1,48 +1,33 @@
 """The CI commands: `pins` (did this change bump torch?) and `plan` (the job matrix).
 
-Registered by suite/cli.py. Like suite.github.cli_comment, this module turns its own
-SuiteErrors into exit codes and imports suite.cli only inside a command, because suite.cli
-imports this module to register the commands.
+Registered by suite/cli.py; errors become exit codes at the one edge, suite.cli_edge. It
+imports suite.cli only inside a command, because suite.cli imports this module to register it.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import os
-import sys
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import click
 
+from suite.cli_edge import handles_errors
 from suite.cli_options import calibration_option, policy_options, warn_below_resolution
-from suite.errors import EnvironmentProblem, InputError, SuiteError
+from suite.errors import EnvironmentProblem, InputError
 
 if TYPE_CHECKING:
     from suite.pins import Assessment
 
-F = TypeVar("F", bound=Callable[..., Any])
 
 EXIT_CODES = """\b
 Exit codes:
   0  done (for pins: whether or not torch changed; read the output)
   2  invalid input: a ref, file, matrix or option (the message names it)
   3  environment problem: git missing, GITHUB_OUTPUT not writable"""
-
-
-def _handles_errors(fn: F) -> F:
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except SuiteError as exc:
-            click.echo(f"torch-matrix: error: {exc}", err=True)
-            sys.exit(exc.exit_code)
-
-    return wrapper  # type: ignore[return-value]
 
 
 def write_github_output(values: Mapping[str, str]) -> None:
@@ -120,7 +105,7 @@ def pins_record(result: Assessment | None) -> dict[str, Any]:
 @click.option("--base-file", type=click.Path(path_type=Path), help="Baseline file, not a ref.")
 @click.option("--head-file", type=click.Path(path_type=Path), help="Candidate file, not a ref.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON record.")
-@_handles_errors
+@handles_errors
 def pins_command(
     base: str | None,
     head: str | None,
@@ -215,7 +200,7 @@ def _output_value(value: Any) -> str:
 )
 @policy_options
 @calibration_option
-@_handles_errors
+@handles_errors
 def plan_command(
     matrix_file: Path | None,
     workloads: Sequence[str],

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import click
 
+from suite.cli_edge import handles_errors
+
 REPRO_EPILOG = """\b
 Exit codes:
   0  printed; with --run: the cell ran again (ok, unsupported or skipped)
@@ -36,8 +38,6 @@ Exit codes:
 def repro(cell_id: str, results: Path, execute: bool) -> None:
     """Print the command that reruns CELL_ID exactly as it ran: a `docker run` line when the
     run was inside an image, else a `torch-matrix run` line."""
-    from suite.cli import handles_errors  # here, not at import: suite.cli imports this module
-
     handles_errors(_repro)(cell_id, results, execute)
 
 

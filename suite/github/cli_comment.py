@@ -1,20 +1,16 @@
-"""The `torch-matrix comment` command: post a decision record as the sticky PR comment.
-
-It turns its own SuiteErrors into exit codes, like suite.cli.handles_errors does, because
-importing suite.cli from here would be circular once cli.py registers this command.
-"""
+"""The `torch-matrix comment` command: post a decision record as the sticky PR comment."""
 
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import click
 
-from suite.errors import InputError, SuiteError
+from suite.cli_edge import handles_errors
+from suite.errors import InputError
 from suite.report.escape import plain
 
 EXIT_CODES = """\b
@@ -117,8 +113,6 @@ def comment(
     token_env: str,
 ) -> None:
     """Create or update the sticky pull-request comment with the decision report."""
-    try:
-        _post(decision_file, repo, pr_text, name, full_report_url, run_started_at, token_env)
-    except SuiteError as exc:
-        click.echo(f"torch-matrix: error: {exc}", err=True)
-        sys.exit(exc.exit_code)
+    handles_errors(_post)(
+        decision_file, repo, pr_text, name, full_report_url, run_started_at, token_env
+    )

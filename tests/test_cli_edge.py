@@ -1,0 +1,56 @@
+"""One edge for every command: a typed error is its message and exit code, Ctrl-C is exit 130,
+and neither prints a traceback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from suite.cli import main
+from suite.errors import EnvironmentProblem
+
+
+def _interrupt(*_: Any, **__: Any) -> Any:
+    raise KeyboardInterrupt
+
+
+def _unreachable(*_: Any, **__: Any) -> Any:
+    raise EnvironmentProblem("GitHub could not be reached")
+
+
+# command line, and the function it reaches first that can be made to raise
+COMMANDS = {
+    "pins": (["pins", "--base", "A", "--head", "B"], "suite.pins.tree_at_ref"),
+    "plan": (["plan", "--workload", "sdpa"], "suite.plan.plan"),
+    "run": (["run", "--workload", "sdpa", "--backend", "cpu"], "suite.runner.run_matrix"),
+    "comment": (
+        ["comment", "--decision", "DECISION", "--repo", "o/r", "--pr", "1"],
+        "suite.github.cli_comment._post",
+    ),
+    "repro": (["repro", "x@cpu", "--results", "RESULTS"], "suite.repro.locate"),
+}
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+@pytest.mark.parametrize(
+    ("raiser", "code", "text"),
+    [
+        (_interrupt, 130, "torch-matrix: interrupted"),
+        (_unreachable, 3, "torch-matrix: error: GitHub could not be reached"),
+    ],
+)
+def test_every_command_maps_errors_and_ctrl_c_alike(
+    command: str, raiser: Any, code: int, text: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    argv, target = COMMANDS[command]
+    argv = [str(tmp_path / a) if a in ("DECISION", "RESULTS") else a for a in argv]
+    module, name = target.rsplit(".", 1)
+    monkeypatch.setattr(f"{module}.{name}", raiser)
+    result = CliRunner().invoke(main, argv)
+    assert result.exit_code == code, (result.output, result.exception)
+    assert text in result.stderr
+    assert "Traceback" not in result.output
+    assert not isinstance(result.exception, KeyboardInterrupt | EnvironmentProblem)
