@@ -106,7 +106,7 @@ def recorded_sides(out: Path, baseline: str, candidate: str | None) -> tuple[str
             raise InputError("was not written by torch-matrix ab; cannot resume it", file=str(path))
         if given is not None and given != spec and not (role == "baseline" and given == "current"):
             raise InputError(
-                f"the A/B being resumed ran --{role} {spec}, not {given}", path=f"--{role}"
+                f"the A/B being resumed ran --{role} {spec}, not {given}", option=f"--{role}"
             )
         specs[role] = str(spec)
     return specs["baseline"], specs["candidate"]

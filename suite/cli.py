@@ -112,7 +112,7 @@ def plan(
         missing = [c for c in cell_ids if c not in known]
         if missing:
             raise InputError(
-                f"no cell {missing[0]!r} in this matrix", file=matrix.file, path="--cell"
+                f"no cell {missing[0]!r} in this matrix", file=matrix.file, option="--cell"
             )
         cells = [c for c in cells if c.cell_id in set(cell_ids)]
     if not cells:
@@ -379,11 +379,11 @@ def ab(
     warn_below_resolution(calibration_file, cells, lambda: policy)
     if resume:
         if out is None:
-            raise InputError("--resume needs the --out of the A/B to continue", path="--out")
+            raise InputError("--resume needs the --out of the A/B to continue", option="--out")
         baseline, candidate = recorded_sides(out, baseline, candidate)
     elif candidate is None:
         raise InputError(
-            "give the candidate side, e.g. --candidate torch==2.14.1", path="--candidate"
+            "give the candidate side, e.g. --candidate torch==2.14.1", option="--candidate"
         )
     parse(baseline, "baseline")
     parse(candidate, "candidate")
@@ -608,7 +608,7 @@ def append_summary(decision: dict[str, Any], path: Path, full_report_url: str | 
         used = path.stat().st_size if path.exists() else 0
     except OSError as exc:
         raise InputError(
-            f"cannot read the summary file: {exc}", file=str(path), path="--summary"
+            f"cannot read the summary file: {exc}", file=str(path), option="--summary"
         ) from None
     room = max(0, SUMMARY_MAX_BYTES - used)
     text = render_markdown(decision, max_bytes=room, full_report_url=full_report_url)
@@ -618,7 +618,7 @@ def append_summary(decision: dict[str, Any], path: Path, full_report_url: str | 
             fh.write(data)
     except OSError as exc:
         raise InputError(
-            f"cannot append to the summary file: {exc}", file=str(path), path="--summary"
+            f"cannot append to the summary file: {exc}", file=str(path), option="--summary"
         ) from None
     return len(data)
 

@@ -142,7 +142,7 @@ def pins_command(
     else:
         raise InputError(
             "give --base and --head (git refs), or --base-file and --head-file",
-            path="--base" if base or head else "--base-file",
+            option="--base" if base or head else "--base-file",
         )
     record = pins_record(result)
     outputs = {k: _output_value(v) for k, v in record.items()}

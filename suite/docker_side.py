@@ -376,7 +376,7 @@ def prepare_docker(spec: str, role: str) -> Side:
     reference = spec.removeprefix(PREFIX).strip()
     if not reference:
         raise InputError(
-            "docker: needs an image, e.g. docker:torch-matrix/cpu:torch-2.13.0", path=f"--{role}"
+            "docker: needs an image, e.g. docker:torch-matrix/cpu:torch-2.13.0", option=f"--{role}"
         )
     import docker
 

@@ -14,13 +14,25 @@ class InputError(SuiteError):
 
     exit_code = 2
 
-    def __init__(self, message: str, *, file: str | None = None, path: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | None = None,
+        path: str | None = None,
+        option: str | None = None,
+    ) -> None:
+        """file: the file at fault; path: the JSON path inside it; option: the command-line
+        option (or argument) that was given wrongly, never put in the path slot."""
         self.file = file
         self.path = path
+        self.option = option
         self.detail = message
         where = ""
         if file is not None:
             where = f"{file}::{path}: " if path else f"{file}: "
+        if option is not None:
+            where = f"{option} {where}" if where else f"{option}: "
         super().__init__(f"{where}{message}")
 
 

@@ -103,7 +103,7 @@ def select(
         if b not in ALL_BACKENDS:
             raise InputError(
                 f"unknown backend {b!r}; expected one of {', '.join(ALL_BACKENDS)}",
-                path="--backend",
+                option="--backend",
             )
     return Matrix(
         name=matrix.name,

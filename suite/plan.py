@@ -57,7 +57,7 @@ def _jobs_per_backend(
             raise InputError(
                 f"{sum(jobs.values())} jobs of at most {cells_per_job} cells exceed the limit "
                 f"of {max_jobs} jobs; raise --cells-per-job or select fewer cells",
-                path="--cells-per-job",
+                option="--cells-per-job",
             )
         return jobs
     jobs = {b: 1 for b in groups}
@@ -113,7 +113,7 @@ def plan(
         raise InputError(
             f"{len(groups)} backends ({', '.join(groups)}) need at least {len(groups)} jobs, "
             f"more than the {max_jobs} allowed",
-            path="--max-jobs",
+            option="--max-jobs",
         )
     labels = {b: runner_labels(matrix, b) for b in groups}
     include: list[dict[str, Any]] = []

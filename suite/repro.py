@@ -56,7 +56,7 @@ def locate(results: Path, cell_id: str) -> Located:
         raise InputError(
             "neither a run directory (run.json) nor an ab output directory (candidate/, baseline/)",
             file=str(results),
-            path="--results",
+            option="--results",
         )
     known: list[str] = []
     for side, run_dir in run_dirs:
@@ -72,7 +72,7 @@ def locate(results: Path, cell_id: str) -> Located:
     raise InputError(
         f"no cell {cell_id!r} in this run{hint}",
         file=str(run_dirs[0][1] / "run.json"),
-        path="CELL_ID",
+        option="CELL_ID",
     )
 
 

@@ -55,7 +55,7 @@ def parse(spec: str, role: str) -> str:
     raise InputError(
         f"{spec!r} is neither a torch requirement (torch==2.14.1) nor a path to a Python "
         "interpreter",
-        path=f"--{role}",
+        option=f"--{role}",
     )
 
 
@@ -122,7 +122,7 @@ def prepare(spec: str, role: str, *, log: Path | None = None) -> Side:
     if kind == "python":
         path = shutil.which(spec) or spec
         if not Path(path).is_file():
-            raise InputError(f"interpreter {spec!r} does not exist", path=f"--{role}")
+            raise InputError(f"interpreter {spec!r} does not exist", option=f"--{role}")
         return Side(spec, Path(path).parent.parent.name or spec, path, 0.0, kind)
     if kind == "docker":
         from suite.docker_side import prepare_docker

@@ -54,3 +54,21 @@ def test_every_command_maps_errors_and_ctrl_c_alike(
     assert text in result.stderr
     assert "Traceback" not in result.output
     assert not isinstance(result.exception, KeyboardInterrupt | EnvironmentProblem)
+
+
+@pytest.mark.parametrize("role", ["baseline", "candidate"])
+def test_a_bad_side_names_its_option(role: str, tmp_path: Path) -> None:
+    other = "candidate" if role == "baseline" else "baseline"
+    argv = ["ab", f"--{role}", "nonsense-side", f"--{other}", "current", "--out", str(tmp_path)]
+    result = CliRunner().invoke(main, [*argv, "--workload", "sdpa"])
+    assert result.exit_code == 2, result.output
+    assert f"torch-matrix: error: --{role}: 'nonsense-side' is neither" in result.stderr
+    assert "::" not in result.stderr  # an option is not a JSON path
+
+
+def test_an_option_error_with_a_file_names_both() -> None:
+    from suite.errors import InputError
+
+    error = InputError("neither a run directory", file="/r", option="--results")
+    assert str(error) == "--results /r: neither a run directory"
+    assert error.path is None and error.option == "--results"

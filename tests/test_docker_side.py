@@ -330,7 +330,7 @@ def test_repro_unknown_cell_names_file_and_argument(tmp_path: Path) -> None:
     make_run(tmp_path / "run", [Cell()], run_id="20261130T100000Z-00000a", rounds=1)
     result = CliRunner().invoke(repro, ["w.b@cpu", "--results", str(tmp_path / "run")])
     assert result.exit_code == 2
-    assert f"{tmp_path / 'run' / 'run.json'}::CELL_ID" in result.stderr
+    assert f"CELL_ID {tmp_path / 'run' / 'run.json'}: no cell 'w.b@cpu'" in result.stderr
     assert "did you mean w.a@cpu" in result.stderr
 
 

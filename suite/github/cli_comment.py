@@ -55,7 +55,7 @@ def _post(
     if full_report_url is not None and urlsplit(full_report_url).scheme not in ("http", "https"):
         raise InputError(
             f"--full-report-url must be an http(s) URL, got {full_report_url!r}",
-            path="--full-report-url",
+            option="--full-report-url",
         )
     validate_file(decision_file, "torch-matrix/decision")
     decision = load_document(decision_file)

@@ -123,7 +123,7 @@ class GitHubClient:
         if not _ENV_NAME.fullmatch(token_env):
             raise InputError(
                 f"--token-env must name an environment variable, got {token_env!r}",
-                path="--token-env",
+                option="--token-env",
             )
         token = env.get(token_env, "").strip()
         if not token:
