@@ -46,7 +46,7 @@ def _repro(cell_id: str, results: Path, execute: bool) -> None:
     from suite.runner import FAILED_STATUSES
 
     located = locate(results, cell_id)
-    plan = make_plan(results, located, cell_id)
+    plan = make_plan(located, cell_id)
     where = f"{located.side}/ of {results}" if located.side else str(located.run_dir)
     status = located.record["status"] if located.record else "pending"
     image = plan.image or {}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,20 +82,11 @@ def differences(base: dict[str, Any], cand: dict[str, Any]) -> list[dict[str, An
     return out
 
 
-def repro_command(side: Side, cell_id: str) -> str:
-    """A torch-matrix run line that reruns just this cell with the side's interpreter."""
-    run = side.run
-    argv = ["torch-matrix", "run"]
-    matrix_file = run["matrix"]["file"]
-    if not matrix_file.startswith("<"):
-        argv += ["--matrix", matrix_file]
-    for ref in run["workloads"]:
-        argv += ["--workload", ref]
-    argv += ["--cell", cell_id, "--size", run["profile"]]
-    if run.get("interpreter"):
-        argv += ["--python", run["interpreter"]]
-    argv += ["--out", f"torch-matrix-repro/{cell_id}"]
-    return shlex.join(argv)
+def repro_command(side: Side, cell_id: str, record: dict[str, Any] | None) -> str:
+    """The `torch-matrix run` line that reruns just this cell with the side's interpreter."""
+    from suite.repro import host_line  # repro imports this module
+
+    return host_line(side.dir, side.run, record, cell_id)
 
 
 def _check_same_matrix(base: Side, cand: Side) -> None:
@@ -171,7 +161,7 @@ def decide(
                 "candidate_status": c[0]["status"] if c else None,
                 "gates": gates,
                 "repro": {
-                    "command": repro_command(cand, cell_id),
+                    "command": repro_command(cand, cell_id, c[0] if c else None),
                     "docker": docker_repro_line(cand.dir, cand.run, c[0] if c else None, cell_id),
                 }
                 if failing

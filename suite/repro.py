@@ -116,23 +116,43 @@ def cell_argv(run: dict[str, Any], cell_id: str, out: Path, python: str | None) 
     return [*argv, "--out", str(out)]
 
 
-def make_plan(results: Path, located: Located, cell_id: str, out: Path | None = None) -> Plan:
-    """How to rerun the cell into out (default: a new RESULTS/repro/CELL_ID/RUN_ID)."""
+# The reproduce line writes into RUN_DIR/repro/CELL_ID/<UTC time of the paste>: the same text
+# in the decision, the PR comment and `repro`'s output, and a fresh folder each time it runs.
+OUT_STAMP = '"$(date -u +%Y%m%dT%H%M%SZ)"'
+_STAMP_DIR = "__RUN_TIME__"
+
+
+def _stamped(line: str, base: Path) -> str:
+    """The line with the placeholder output folder replaced by the shell's timestamp."""
+    return line.replace(
+        shlex.quote(str(base / _STAMP_DIR)), f"{shlex.quote(str(base))}/{OUT_STAMP}"
+    )
+
+
+def make_plan(
+    located: Located, cell_id: str, out: Path | None = None, *, host: bool = False
+) -> Plan:
+    """How to rerun the cell: the argv that runs it into out (default: a new
+    RUN_DIR/repro/CELL_ID/RUN_ID) and the line to paste, which writes beside it. Every
+    reproduce line, in the decision record, the PR comment and `repro`, comes from here. With
+    host, the line runs on the host with the side's interpreter even for a run in an image."""
     from suite.docker_side import IMAGE_BASE_VAR, docker_run_line, image_env, mounts_for
     from suite.runner import PROBE_TIMEOUT_S, WORKER_ENV
 
-    results = results.absolute()
-    out = (out or results / REPRO_DIR / cell_id / new_run_id()).absolute()
-    image = image_of(located)
+    base_out = (located.run_dir / REPRO_DIR / cell_id).absolute()
+    out = (out or base_out / new_run_id()).absolute()
+    image = None if host else image_of(located)
     run = located.run
     backend = located.record["spec"]["backend"] if located.record else cell_id.rsplit("@", 1)[-1]
     timeout = (run.get("options") or {}).get("timeout_s") or DEFAULT_CELL_TIMEOUT_S
     timeout_s = float(timeout) + PROBE_TIMEOUT_S + SLACK_S
+    # Inside an image its own python runs the cells, so no --python.
+    python = run.get("interpreter") if image is None else None
+    argv = cell_argv(run, cell_id, out, python)
+    pasted = cell_argv(run, cell_id, base_out / _STAMP_DIR, python)
     if image is None:
-        argv = cell_argv(run, cell_id, out, run.get("interpreter"))
-        return Plan(cell_id, argv, out, None, backend, {}, {}, shlex.join(argv), timeout_s)
-    # Inside the image its own python runs the cells, so no --python.
-    argv = cell_argv(run, cell_id, out, None)
+        line = _stamped(shlex.join(pasted), base_out)
+        return Plan(cell_id, argv, out, None, backend, {}, {}, line, timeout_s)
     mounts = mounts_for(argv)  # what the container will see, as for every step
     # The variables the run recorded, less what the suite sets itself for every worker.
     env = {
@@ -144,8 +164,17 @@ def make_plan(results: Path, located: Located, cell_id: str, out: Path | None = 
     base = image.get("base") or recorded.get(IMAGE_BASE_VAR)
     env.update(image_env(image.get("reference"), image.get("digest"), base))
     ref = image.get("digest") or image["reference"]
-    line = docker_run_line(ref, backend, argv, env)
+    line = _stamped(docker_run_line(ref, backend, pasted, env), base_out)
     return Plan(cell_id, argv, out, image, backend, env, mounts, line, timeout_s)
+
+
+def host_line(
+    run_dir: Path, run: dict[str, Any], record: dict[str, Any] | None, cell_id: str
+) -> str:
+    """The `torch-matrix run` line that reruns the cell with the side's interpreter (the
+    decision record's repro.command), from the same builder as every other line."""
+    located = Located(run_dir, None, run, record, cell_file(run_dir, cell_id))
+    return make_plan(located, cell_id, host=True).line
 
 
 def reproduce(plan: Plan) -> tuple[Path, dict[str, Any]]:
@@ -182,9 +211,8 @@ def docker_repro_line(
     run_dir: Path, run: dict[str, Any], record: dict[str, Any] | None, cell_id: str
 ) -> str | None:
     """The `docker run` line for a decision record's repro.docker: None when the run was not in
-    an image. Its --out is RUN_DIR/repro/CELL_ID, fixed, so that the same runs give the same
-    decision text."""
+    an image. It is what `repro CELL_ID --results RUN_DIR` prints."""
     located = Located(run_dir, None, run, record, cell_file(run_dir, cell_id))
     if image_of(located) is None:
         return None
-    return make_plan(run_dir, located, cell_id, run_dir / REPRO_DIR / cell_id).line
+    return make_plan(located, cell_id).line

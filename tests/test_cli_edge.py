@@ -72,3 +72,44 @@ def test_an_option_error_with_a_file_names_both() -> None:
     error = InputError("neither a run directory", file="/r", option="--results")
     assert str(error) == "--results /r: neither a run directory"
     assert error.path is None and error.option == "--results"
+
+
+def test_the_decisions_reproduce_line_is_what_repro_prints_and_it_reruns(tmp_path: Path) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.helpers import cli
+    from tests.plugins.team_bench import FAIL_VAR
+
+    plugin = f"{Path(__file__).parent / 'plugins' / 'team_bench.py'}:TeamBench"
+    runs = {side: tmp_path / side for side in ("base", "cand")}
+    code, _, stderr = cli(
+        "run", "--workload", plugin, "--timeout", "120", "--out", str(runs["base"])
+    )
+    assert code == 0, stderr
+    failing = {**os.environ, FAIL_VAR: "2."}  # the candidate's torch fails the cell
+    cand = [sys.executable, "-m", "suite", "run", "--workload", plugin, "--timeout", "120"]
+    done = subprocess.run(
+        [*cand, "--out", str(runs["cand"])], env=failing, capture_output=True, text=True
+    )
+    assert done.returncode == 1, done.stderr
+    code, stdout, _ = cli("compare", str(runs["base"]), str(runs["cand"]), "--format", "json")
+    (cell,) = [c for c in json.loads(stdout)["cells"] if c["repro"]]
+    line = cell["repro"]["command"]
+    printed = CliRunner().invoke(main, ["repro", cell["cell_id"], "--results", str(runs["cand"])])
+    assert printed.exit_code == 0, printed.output
+    assert printed.stdout.strip() == line
+    assert "--timeout 120" in line and "--memory-limit" in line  # the run's limits kept
+    for _ in range(2):  # each paste writes a new folder; none overwrites another
+        pasted = subprocess.run(
+            line, shell=True, capture_output=True, text=True, timeout=600, env=failing
+        )
+        assert pasted.returncode == 1, pasted.stderr
+    records = sorted((runs["cand"] / "repro" / cell["cell_id"]).glob("*/cells/*.json"))
+    assert len(records) == 2, records
+    for path in records:
+        again = json.loads(path.read_text())
+        assert again["status"] == "failed" and "planted failure" in again["failure"]["message"]
+    assert len({p.parent.parent for p in records}) == 2

@@ -180,7 +180,7 @@ def test_the_comments_reproduce_line_rewrites_a_failing_image_cell(
     assert line in comment  # the comment shows the same line, in its own code block
     pasted = subprocess.run(line, shell=True, capture_output=True, text=True, timeout=900)
     assert pasted.returncode == 1, pasted.stderr  # `run` exits 1: the cell failed again
-    (new,) = (out / "candidate" / "repro" / cell["cell_id"]).glob("cells/*.json")
+    (new,) = (out / "candidate" / "repro" / cell["cell_id"]).glob("*/cells/*.json")
     again = read_result(new)
     assert again["status"] == "failed"
     assert again["failure"]["mode"] == original["failure"]["mode"]

@@ -311,7 +311,8 @@ def test_repro_prints_a_docker_line_for_an_image_run(tmp_path: Path) -> None:
     args = words[words.index(DIGEST) + 1 :]
     assert args[:1] == ["run"] and args[args.index("--cell") + 1] == failing.cell_id
     out = Path(args[args.index("--out") + 1])
-    assert out.parent == (tmp_path / "ab" / "repro" / failing.cell_id).absolute()
+    # Beside the candidate's records, as the decision's line: one line everywhere.
+    assert out.parent == (tmp_path / "ab" / "candidate" / "repro" / failing.cell_id).absolute()
     assert not out.exists()  # printing runs nothing
 
 
