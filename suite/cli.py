@@ -18,7 +18,7 @@ from suite.cli_options import (
     policy_options,
     warn_below_resolution,
 )
-from suite.errors import InputError
+from suite.errors import InputError, warn
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -134,7 +134,7 @@ def memory_limit_bytes(memory_limit: float | None) -> int | None:
     "--profile",
     "size_alias",
     type=click.Choice(["smoke", "full"]),
-    help="Same as --size (in ab and compare, --profile names the policy profile).",
+    help="Deprecated: use --size (--profile names the policy profile in ab and compare).",
 )
 @click.option(
     "--out",
@@ -173,6 +173,11 @@ def run(
     from suite.results import new_run_id
     from suite.runner import RunOptions, run_matrix
 
+    if size_alias is not None:
+        warn(
+            f"run --profile {size_alias} is deprecated for the problem size: "
+            f"use --size {size_alias}"
+        )
     matrix, cells, resolved = plan(matrix_file, workloads, backends, cell_ids, size or size_alias)
     run_id = new_run_id()
     if out is None:
@@ -190,7 +195,7 @@ def run(
         run_id=run_id,
     )
     click.echo(
-        f"torch-matrix {__version__}: {len(cells)} cells, profile {matrix.profile}, out {out}",
+        f"torch-matrix {__version__}: {len(cells)} cells, size {matrix.profile}, out {out}",
         err=True,
     )
     summary = run_matrix(matrix, options, cells=cells, resolved=resolved)

@@ -61,3 +61,11 @@ class EnvironmentProblem(SuiteError):
     """The machine cannot do what was asked (no interpreter, no docker, unwritable dir)."""
 
     exit_code = 3
+
+
+def warn(message: str) -> None:
+    """A warning for the user on stderr (a deprecated spelling, a doubtful input); never an
+    error, so it changes no exit code."""
+    import sys
+
+    sys.stderr.write(f"torch-matrix: warning: {message}\n")

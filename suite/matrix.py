@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from suite.errors import InputError, WorkloadError
+from suite.errors import InputError, WorkloadError, warn
 from suite.spec import CellSpec
 from suite.validation import load_document, validate
 from suite.workloads import Resolved, resolve
@@ -52,6 +52,20 @@ def default_matrix_text() -> str:
     return resources.files("suite.data").joinpath("default-matrix.yaml").read_text("utf-8")
 
 
+def _size(doc: dict[str, Any], file: str) -> str:
+    """The problem size: `size:`; `profile:` is its old spelling, which still works."""
+    size, old = doc.get("size"), doc.get("profile")
+    if old is not None:
+        if size is not None and size != old:
+            raise InputError(
+                f"size is {size!r} but the deprecated profile says {old!r}; keep size only",
+                file=file,
+                path="$.profile",
+            )
+        warn(f"{file}::$.profile is deprecated for the problem size: write `size: {old}`")
+    return str(size or old or "smoke")
+
+
 def _from_doc(doc: Any, file: str, sha256: str) -> Matrix:
     validate(doc, "torch-matrix/matrix", file=file)
     entries = [
@@ -69,7 +83,7 @@ def _from_doc(doc: Any, file: str, sha256: str) -> Matrix:
         name=doc.get("name", Path(file).stem if file != DEFAULT_MATRIX_NAME else "default"),
         file=file,
         sha256=sha256,
-        profile=doc.get("profile", "smoke"),
+        profile=_size(doc, file),
         backends=tuple(doc.get("backends", ALL_BACKENDS)),
         timeout_s=float(doc.get("timeout", DEFAULT_TIMEOUT_S)),
         entries=entries,

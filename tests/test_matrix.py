@@ -84,3 +84,29 @@ def test_select_filters_and_adds(tmp_path: Path) -> None:
     cells, _ = expand(matrix)
     assert {c.workload for c in cells} == {"sdpa", "quick"}
     assert {c.backend for c in cells} == {"cpu"} and {c.profile for c in cells} == {"full"}
+
+
+def test_size_is_the_problem_size_and_profile_its_deprecated_spelling(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    body = "version: 1\nworkloads:\n  - workload: sdpa\n"
+    new, old, both = (tmp_path / n for n in ("new.yaml", "old.yaml", "both.yaml"))
+    new.write_text(f"size: full\n{body}")
+    old.write_text(f"profile: full\n{body}")
+    both.write_text(f"size: smoke\nprofile: full\n{body}")
+    assert load_matrix(new).profile == "full" and "deprecated" not in capsys.readouterr().err
+    assert load_matrix(old).profile == "full"
+    warned = capsys.readouterr().err
+    assert f"{old}::$.profile is deprecated" in warned and "write `size: full`" in warned
+    with pytest.raises(InputError) as info:
+        load_matrix(both)
+    assert info.value.path == "$.profile"
+
+
+def test_run_profile_still_works_with_a_warning(tmp_path: Path) -> None:
+    code, _, stderr = cli(
+        "run", "--workload", planted("Quick"), "--cell", "quick.8@cpu", "--profile", "smoke",
+        "--out", str(tmp_path / "r"),
+    )  # fmt: skip
+    assert code == 0, stderr
+    assert "run --profile smoke is deprecated for the problem size: use --size smoke" in stderr
