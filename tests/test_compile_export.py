@@ -92,11 +92,29 @@ def test_planted_export_failure_is_recorded(records: dict[str, dict[str, Any]]) 
     assert "data-dependent" in doc["failure"]["message"]
 
 
-def test_onnx_without_the_extra_is_skipped(records: dict[str, dict[str, Any]]) -> None:
+def test_onnx_exports_and_runs_in_onnxruntime(records: dict[str, dict[str, Any]]) -> None:
     doc = records["onnx"]
-    if importlib.util.find_spec("onnxruntime") is not None:
-        assert doc["status"] == "ok", doc["failure"]
-        return
-    assert doc["status"] == "skipped"
-    assert "pip install 'torch-matrix[export]'" in doc["failure"]["message"]
-    assert "onnxruntime" in doc["failure"]["message"]
+    if importlib.util.find_spec("onnxruntime") is None:
+        pytest.skip("the export extra is not installed: pip install 'torch-matrix[export]'")
+    assert doc["status"] == "ok", doc["failure"]
+    assert doc["correctness"]["passed"]
+
+
+def test_onnx_without_the_extra_is_skipped_with_the_install_hint(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import torch
+
+    from suite.workloads import Skip
+    from suite.workloads import export as export_workload
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "onnxruntime" else real(name, *a),
+    )
+    with pytest.raises(Skip) as info:
+        export_workload._check_onnx_available(torch.device("cpu"))
+    assert "pip install 'torch-matrix[export]'" in str(info.value)
+    assert "missing: onnxruntime" in str(info.value)

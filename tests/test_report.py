@@ -367,9 +367,11 @@ RECORDS = {"rollback": rollback_record, "adopt": adopt_record, "research": resea
 def test_markdown_matches_golden(name: str) -> None:
     text = render_markdown(RECORDS[name]())
     path = GOLDEN / f"decision_{name}.md"
-    if os.environ.get("UPDATE_GOLDEN") == "1":
+    if os.environ.get("UPDATE_GOLDEN") == "1" and text != path.read_text(encoding="utf-8"):
         path.parent.mkdir(exist_ok=True)
         path.write_text(text, encoding="utf-8")
+        # Never a pass that compares a file with itself: the update is for a person to review.
+        pytest.fail(f"{path} rewritten; review the diff, then rerun without UPDATE_GOLDEN")
     assert text == path.read_text(encoding="utf-8")
 
 
