@@ -9,7 +9,7 @@ from typing import Any
 
 from suite.decide import apply_rules, overall
 from suite.errors import InputError
-from suite.gates import evaluate_cell
+from suite.judge import evaluate_cell
 from suite.policy import Policy
 from suite.results import read_run_dir, utc_now
 from suite.sequential import Design

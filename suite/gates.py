@@ -1,4 +1,5 @@
-"""Gate verdicts for one cell: baseline records vs candidate records, under a policy.
+"""The gates judged from a cell's status, accuracy, timing and memory: baseline records vs
+candidate records, under a policy. suite/judge.py registers them with the metric gates.
 
 Every function returns plain data (a gate dict of the decision schema); nothing here renders.
 """
@@ -11,11 +12,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from suite import accuracy, sequential
-from suite.policy import Gate, Policy
-from suite.sequential import TIMING_GATES, Design
+from suite.policy import Gate
+from suite.sequential import Design
+from suite.verdicts import FAILED, Record, gate_result
 
-Record = dict[str, Any]
-FAILED = ("failed", "crashed", "timeout", "oom")
+__all__ = ["FAILED", "Record", "gate_result"]  # and the gate functions below
 
 
 def side_status(records: Sequence[Record]) -> str | None:
@@ -35,26 +36,6 @@ def _effective_status(record: Record) -> str:
     if record["status"] == "failed" and failure.get("mode") == "correctness":
         return "ok"
     return str(record["status"])
-
-
-def gate_result(gate: Gate, verdict: str, message: str, **numbers: Any) -> dict[str, Any]:
-    """One gate's verdict as the decision record holds it (numbers default to None)."""
-    out: dict[str, Any] = {
-        "gate": gate.name,
-        "verdict": verdict,
-        "severity": gate.severity,
-        "required": gate.required,
-        "message": message,
-        "unit": None,
-        "baseline": None,
-        "candidate": None,
-        "change": None,
-        "ci": None,
-        "p_value": None,
-        "threshold": gate.threshold,
-    }
-    out.update(numbers)
-    return out
 
 
 def status_gate(
@@ -335,48 +316,3 @@ def budget_gate(gate: Gate, cand: Sequence[Record]) -> dict[str, Any] | None:
         candidate=peak,
         threshold=None,
     )
-
-
-def evaluate_cell(
-    policy: Policy,
-    base: Sequence[Record],
-    cand: Sequence[Record],
-    comparable: bool,
-    design: Design | None = None,
-) -> list[dict[str, Any]]:
-    """Every gate the policy names that applies to this cell, in the policy's order."""
-    b_status, c_status = side_status(base), side_status(cand)
-    c_failure = next((r["failure"] for r in cand if r.get("failure")), None) or {}
-    c_msg = str(c_failure.get("message", "")).splitlines()[0][:300] if c_failure else ""
-    dependency = all(
-        (r.get("failure") or {}).get("mode") == "dependency" for r in [*base, *cand]
-    ) and bool(base and cand)
-    out: list[dict[str, Any]] = []
-    status: dict[str, Any] | None = None
-    for name, gate in policy.gates.items():
-        result: dict[str, Any] | None
-        if name == "status" or status is None:
-            status = status_gate(gate, b_status, c_status, c_msg, dependency=dependency)
-        if name == "status":
-            result = status
-        elif name == "correctness":
-            result = correctness_gate(gate, base, cand, status)
-        elif name in TIMING_GATES:
-            result = timing_gate(gate, base, cand, design or policy.design, comparable=comparable)
-        elif name == "peak_memory":
-            result = memory_gate(gate, base, cand, comparable)
-        elif name == "memory_budget":
-            result = budget_gate(gate, cand)
-        else:
-            result = extra_gate(gate, base, cand)
-        if result is not None:
-            out.append(result)
-    return out
-
-
-def extra_gate(gate: Gate, base: Sequence[Record], cand: Sequence[Record]) -> dict[str, Any] | None:
-    """Gates fed by workload metrics (compile, export, determinism, ...) are registered here."""
-    from suite.metric_gates import METRIC_GATES
-
-    fn = METRIC_GATES.get(gate.name)
-    return fn(gate, base, cand) if fn is not None else None

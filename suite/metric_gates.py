@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from suite.accuracy import tensor_drift
-from suite.gates import gate_result
 from suite.policy import Gate
+from suite.verdicts import gate_result
 
 Record = dict[str, Any]
 GateFn = Callable[[Gate, Sequence[Record], Sequence[Record]], dict[str, Any] | None]

@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from suite.accuracy import tensor_drift
-from suite.gates import gate_result
 from suite.matrix import Matrix
 from suite.policy import Gate, Policy
 from suite.runner import Run, RunOptions
 from suite.sides import Side, prepare
 from suite.spec import CellSpec
+from suite.verdicts import gate_result
 from suite.workloads import Resolved
 
 STEP_TIMEOUT_S = 900.0

@@ -54,7 +54,7 @@ def _torch_export(model: nn.Module, x: torch.Tensor, size: Mapping[str, Any], tm
 
 
 def _onnx(model: nn.Module, x: torch.Tensor, size: Mapping[str, Any], tmp: Path) -> Runner:
-    import onnxruntime  # type: ignore[import-not-found, unused-ignore]
+    import onnxruntime  # type: ignore[import-not-found, import-untyped, unused-ignore]
     import torch
 
     path = tmp / "model.onnx"
