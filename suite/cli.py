@@ -19,6 +19,7 @@ from suite.cli_options import (
     warn_below_resolution,
 )
 from suite.errors import InputError, warn
+from suite.matrix import select_cells as plan
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -93,33 +94,6 @@ def matrix_options(fn: F) -> F:
     for decorator in reversed(decorators):
         fn = decorator(fn)
     return fn
-
-
-def plan(
-    matrix_file: Path | None,
-    workloads: Sequence[str],
-    backends: Sequence[str],
-    cell_ids: Sequence[str],
-    size: str | None,
-) -> tuple[Any, list[Any], dict[str, Any]]:
-    from suite.errors import InputError
-    from suite.matrix import expand, load_matrix, select
-
-    matrix = select(load_matrix(matrix_file), workloads, backends, size)
-    cells, resolved = expand(matrix)
-    if cell_ids:
-        known = {c.cell_id for c in cells}
-        missing = [c for c in cell_ids if c not in known]
-        if missing:
-            raise InputError(
-                f"no cell {missing[0]!r} in this matrix", file=matrix.file, option="--cell"
-            )
-        cells = [c for c in cells if c.cell_id in set(cell_ids)]
-    if not cells:
-        raise InputError(
-            "the matrix selects no cells (check --workload and --backend)", file=matrix.file
-        )
-    return matrix, cells, resolved
 
 
 def memory_limit_bytes(memory_limit: float | None) -> int | None:

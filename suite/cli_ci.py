@@ -1,7 +1,7 @@
 """The CI commands: `pins` (did this change bump torch?) and `plan` (the job matrix).
 
 Registered by suite/cli.py; errors become exit codes at the one edge, suite.cli_edge. It
-imports suite.cli only inside a command, because suite.cli imports this module to register it.
+imports no other command module.
 """
 
 from __future__ import annotations
@@ -220,7 +220,7 @@ def plan_command(
     current directory), warns on stderr where a threshold of the policy is below what this
     runner can resolve.
     """
-    from suite.cli import plan as select_cells
+    from suite.matrix import select_cells
     from suite.plan import plan
     from suite.policy import load_policy
 

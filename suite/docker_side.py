@@ -30,7 +30,7 @@ from suite.envinfo import ENV_PREFIXES, IMAGE_DIGEST_VAR, IMAGE_REF_VAR
 from suite.errors import EnvironmentProblem, InputError
 from suite.launch import TERM_GRACE_S, Outcome
 from suite.secrets import without_secrets
-from suite.sides import Side
+from suite.side_record import Side
 from suite.workloads import file_part
 
 PREFIX = "docker:"

@@ -197,3 +197,29 @@ def expand(matrix: Matrix) -> tuple[list[CellSpec], dict[str, Resolved]]:
                     seen.add(cell.cell_id)
                     cells.append(cell)
     return cells, resolved_by_ref
+
+
+def select_cells(
+    matrix_file: Path | None,
+    workloads: Sequence[str],
+    backends: Sequence[str],
+    cell_ids: Sequence[str],
+    size: str | None,
+) -> tuple[Matrix, list[CellSpec], dict[str, Resolved]]:
+    """The matrix file (or the built-in one) narrowed by --workload, --backend, --cell and
+    --size: what every command that runs or plans cells starts from."""
+    matrix = select(load_matrix(matrix_file), workloads, backends, size)
+    cells, resolved = expand(matrix)
+    if cell_ids:
+        known = {c.cell_id for c in cells}
+        missing = [c for c in cell_ids if c not in known]
+        if missing:
+            raise InputError(
+                f"no cell {missing[0]!r} in this matrix", file=matrix.file, option="--cell"
+            )
+        cells = [c for c in cells if c.cell_id in set(cell_ids)]
+    if not cells:
+        raise InputError(
+            "the matrix selects no cells (check --workload and --backend)", file=matrix.file
+        )
+    return matrix, cells, resolved

@@ -11,28 +11,18 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from suite.errors import EnvironmentProblem, InputError
-from suite.launch import Launcher, run_process
+from suite.side_record import Side
+
+__all__ = ["Side", "parse", "prepare"]
 
 CACHE_VAR = "TORCH_MATRIX_CACHE"
 _REQUIREMENT = re.compile(r"^torch\s*(\[[^\]]*\])?\s*(==|~=|>=|<=|>|<|!=|===|@)")
 # Runtime needs of the worker besides torch; the suite itself travels on PYTHONPATH.
 WORKER_REQUIREMENTS = ("jsonschema>=4.18", "PyYAML>=6.0", "numpy")
 INSTALL_TIMEOUT_S = 3600.0
-
-
-@dataclass(frozen=True)
-class Side:
-    spec: str  # as the user wrote it
-    label: str  # short, for reports
-    interpreter: str
-    prepared_s: float  # time to get the environment ready (0 when cached)
-    kind: str  # "current", "python", "requirement", "docker"
-    launcher: Launcher = run_process
-    image: dict[str, str | None] | None = None  # reference and digest, for docker sides
 
 
 def cache_root() -> Path:
