@@ -128,25 +128,21 @@ def _locked(text: str, doc: dict[str, Any], key: str) -> Iterator[Found]:
         )
 
 
-def read_uv_lock(text: str) -> list[Found]:
-    doc = _toml(text)
-    if "version" not in doc:
-        raise Unreadable("no `version` key: not a uv.lock")
-    return list(_locked(text, doc, "package"))
+def _table_lock(key: str, what: str) -> Callable[[str], list[Found]]:
+    """A reader of a TOML lock of [[package]] tables, recognised by a top-level key."""
+
+    def read(text: str) -> list[Found]:
+        doc = _toml(text)
+        if key not in doc:
+            raise Unreadable(f"no `{key}` at the top: not a {what}")
+        return list(_locked(text, doc, "package"))
+
+    return read
 
 
-def read_poetry_lock(text: str) -> list[Found]:
-    doc = _toml(text)
-    if "metadata" not in doc:
-        raise Unreadable("no [metadata] table: not a poetry.lock")
-    return list(_locked(text, doc, "package"))
-
-
-def read_pdm_lock(text: str) -> list[Found]:
-    doc = _toml(text)
-    if "metadata" not in doc:
-        raise Unreadable("no [metadata] table: not a pdm.lock")
-    return list(_locked(text, doc, "package"))
+read_uv_lock = _table_lock("version", "uv.lock")
+read_poetry_lock = _table_lock("metadata", "poetry.lock")
+read_pdm_lock = _table_lock("metadata", "pdm.lock")
 
 
 def read_pylock(text: str) -> list[Found]:

@@ -264,21 +264,9 @@ _WHY = {
 
 
 def _gate_dict(gate: Any, verdict: str, message: str, **numbers: Any) -> dict[str, Any]:
-    return {
-        "gate": gate.name,
-        "verdict": verdict,
-        "severity": gate.severity,
-        "required": gate.required,
-        "message": message,
-        "unit": None,
-        "baseline": None,
-        "candidate": None,
-        "change": None,
-        "ci": None,
-        "p_value": None,
-        "threshold": gate.threshold,
-        **numbers,
-    }
+    from suite.verdicts import gate_result
+
+    return gate_result(gate, verdict, message, **numbers)
 
 
 def _timing_gate(gate: Any, case: str, level_s: float, scale: float) -> dict[str, Any]:
