@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -280,12 +281,40 @@ def write_reports(decision: dict[str, Any], out: Path) -> None:
     write_chart(decision, out / "chart.png")
 
 
-def finish_decision(decision: dict[str, Any], fmt: str) -> None:
+def github_step_option(fn: F) -> F:
+    return click.option(
+        "--github-step",
+        is_flag=True,
+        help="Inside a GitHub Actions step: write the outputs decision and results-path to "
+        "$GITHUB_OUTPUT, append the report to $GITHUB_STEP_SUMMARY (cut by whole rows under "
+        "1 MiB), and exit 0 for every decision (errors keep their codes), so the workflow "
+        "sets the check from the decision output.",
+    )(fn)
+
+
+def finish_decision(
+    decision: dict[str, Any],
+    fmt: str,
+    *,
+    out: Path | None = None,
+    github_step: bool = False,
+    full_report_url: str | None = None,
+) -> None:
     from suite.decide import exit_code
+    from suite.github.outputs import write_github_output
     from suite.report import render
 
     click.echo(render(decision, fmt))
-    sys.exit(exit_code(decision["decision"]))
+    if not github_step:
+        sys.exit(exit_code(decision["decision"]))
+    outputs = {"decision": decision["decision"]}
+    if out is not None:
+        outputs["results-path"] = str(out)
+    write_github_output(outputs)
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        append_summary(decision, Path(summary), full_report_url)
+    sys.exit(0)
 
 
 @main.command(epilog=DECISION_EXIT_CODES)
@@ -325,6 +354,7 @@ def finish_decision(decision: dict[str, Any], fmt: str) -> None:
 @click.option("--no-traces", is_flag=True, help="Skip the profiler traces of failing cells.")
 @calibration_option
 @format_option
+@github_step_option
 @handles_errors
 def ab(
     baseline: str,
@@ -344,6 +374,7 @@ def ab(
     no_traces: bool,
     calibration_file: Path | None,
     fmt: str,
+    github_step: bool,
 ) -> None:
     """Run the same cells on a baseline and a candidate torch, interleaved, and decide."""
     from suite.ab import AbOptions, design_for, recorded_sides, run_ab
@@ -397,7 +428,7 @@ def ab(
     decision = run_ab(matrix, cells, resolved, base_side, cand_side, policy, options)
     write_reports(decision, out)
     click.echo(f"decision: {decision['decision']} — reports in {out}", err=True)
-    finish_decision(decision, fmt)
+    finish_decision(decision, fmt, out=out, github_step=github_step)
 
 
 CALIBRATE_EXIT_CODES = """\b
@@ -548,6 +579,7 @@ def compare(
     help="Where the full report lives (the run's artifacts); linked when --summary cuts rows.",
 )
 @format_option
+@github_step_option
 @handles_errors
 def aggregate(
     roots: Sequence[Path],
@@ -558,6 +590,7 @@ def aggregate(
     summary_file: Path | None,
     full_report_url: str | None,
     fmt: str,
+    github_step: bool,
 ) -> None:
     """Join the results of many ab jobs (baseline/ beside candidate/) into one decision."""
     from suite.aggregate import aggregate as join
@@ -570,7 +603,9 @@ def aggregate(
     write_reports(decision, out)
     if summary_file is not None:
         append_summary(decision, summary_file, full_report_url)
-    finish_decision(decision, fmt)
+    finish_decision(
+        decision, fmt, out=out, github_step=github_step, full_report_url=full_report_url
+    )
 
 
 # GitHub refuses a job summary above 1 MiB (for the whole step); a margin keeps what the

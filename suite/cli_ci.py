@@ -7,9 +7,7 @@ imports no other command module.
 from __future__ import annotations
 
 import json
-import os
-import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +15,8 @@ import click
 
 from suite.cli_edge import handles_errors
 from suite.cli_options import calibration_option, policy_options, warn_below_resolution
-from suite.errors import EnvironmentProblem, InputError
+from suite.errors import InputError
+from suite.github.outputs import write_github_output
 
 if TYPE_CHECKING:
     from suite.pins import Assessment
@@ -28,26 +27,6 @@ Exit codes:
   0  done (for pins: whether or not torch changed; read the output)
   2  invalid input: a ref, file, matrix or option (the message names it)
   3  environment problem: git missing, GITHUB_OUTPUT not writable"""
-
-
-def write_github_output(values: Mapping[str, str]) -> None:
-    """Append step outputs to $GITHUB_OUTPUT, when set; a no-op outside GitHub Actions."""
-    target = os.environ.get("GITHUB_OUTPUT")
-    if not target:
-        return
-    text = ""
-    for key, value in values.items():
-        if "\n" in value or "\r" in value:
-            # A fresh delimiter each time, so that no value can end the block early.
-            delimiter = f"ghadelimiter_{uuid.uuid4().hex}"
-            text += f"{key}<<{delimiter}\n{value}\n{delimiter}\n"
-        else:
-            text += f"{key}={value}\n"
-    try:
-        with open(target, "a", encoding="utf-8") as fh:
-            fh.write(text)
-    except OSError as exc:
-        raise EnvironmentProblem(f"cannot append to GITHUB_OUTPUT ({target}): {exc}") from None
 
 
 def _read(path: Path, option: str) -> str:

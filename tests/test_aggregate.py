@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import cli
 from tests.synthetic import Cell, make_run
 
@@ -43,3 +45,22 @@ def test_aggregate_of_a_folder_without_jobs_names_it(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     code, _, stderr = cli("aggregate", str(tmp_path / "empty"), "--out", str(tmp_path / "d"))
     assert code == 2 and f"{tmp_path / 'empty'}: holds no job results" in stderr
+
+
+def test_github_step_writes_outputs_and_summary_and_exits_0_on_any_decision(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "jobs"
+    crashed = Cell(workload="mlp", case="b", status="crashed", failure_mode="signal", message="x")
+    _job(root, "0", crashed, 1)
+    outputs, summary = tmp_path / "github_output", tmp_path / "step_summary.md"
+    monkeypatch.setenv("GITHUB_OUTPUT", str(outputs))
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    out = tmp_path / "decision"
+    code, _, stderr = cli("aggregate", str(root), "--out", str(out), "--github-step")
+    assert code == 0, stderr  # a rollback decision, not a broken step
+    assert f"decision=rollback\nresults-path={out}\n" == outputs.read_text()
+    assert summary.read_text() == (out / "decision.md").read_text()
+    # Errors keep their exit codes.
+    code, _, _ = cli("aggregate", str(tmp_path / "none"), "--out", str(out), "--github-step")
+    assert code == 2

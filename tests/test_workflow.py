@@ -43,7 +43,12 @@ def test_the_matrix_runs_on_pins_run_output_not_on_changed() -> None:
     assert on_unknown["default"] == "run"
 
 
-def test_the_job_summary_is_written_by_the_suite_within_its_limit() -> None:
+def test_the_suite_writes_outputs_and_summary_itself() -> None:
+    """No inline Python and no copy of the exit-code table: `--github-step` does it."""
     decide = next(s for s in _workflow()["jobs"]["aggregate"]["steps"] if s.get("id") == "decide")
-    assert '--summary "$GITHUB_STEP_SUMMARY"' in decide["run"]
-    assert '>> "$GITHUB_STEP_SUMMARY"' not in decide["run"]  # nothing appended uncut
+    action = yaml.safe_load((REPO / "action.yml").read_text())
+    bench = next(s for s in action["runs"]["steps"] if s.get("id") == "bench")
+    for run in (decide["run"], bench["run"]):
+        assert "--github-step" in run
+        assert "-c '" not in run and "0|4|5|6" not in run
+        assert "GITHUB_STEP_SUMMARY" not in run and "GITHUB_OUTPUT" not in run
