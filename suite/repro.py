@@ -119,11 +119,11 @@ def cell_argv(run: dict[str, Any], cell_id: str, out: Path, python: str | None) 
 # The reproduce line writes into RUN_DIR/repro/CELL_ID/<UTC time of the paste>: the same text
 # in the decision, the PR comment and `repro`'s output, and a fresh folder each time it runs.
 OUT_STAMP = '"$(date -u +%Y%m%dT%H%M%SZ)"'
-_STAMP_DIR = "__RUN_TIME__"
+_STAMP_DIR = "__RUN_TIME__"  # the folder name the shell's timestamp stands in for
 
 
 def _stamped(line: str, base: Path) -> str:
-    """The line with the placeholder output folder replaced by the shell's timestamp."""
+    """The line with its output folder named by the shell's timestamp at paste time."""
     return line.replace(
         shlex.quote(str(base / _STAMP_DIR)), f"{shlex.quote(str(base))}/{OUT_STAMP}"
     )
