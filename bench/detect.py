@@ -28,12 +28,13 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from suite.ab import Rounds
-from suite.compare import Side, decide
-from suite.matrix import Entry, Matrix, expand
-from suite.policy import Gate, Policy, load_policy
-from suite.progress import Progress
-from suite.runner import Run, RunOptions
+from suite.core.matrix import Entry, Matrix, expand
+from suite.core.progress import Progress
+from suite.execute.environment import RunOptions
+from suite.execute.runner import Run
+from suite.flows.ab import Rounds
+from suite.flows.compare import Side, decide
+from suite.judge.policy import Gate, Policy, load_policy
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))

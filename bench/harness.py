@@ -30,11 +30,12 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from suite.backends import get
-from suite.matrix import expand, load_matrix, select
-from suite.measure import time_call, timer_overhead_s
-from suite.runner import Run, RunOptions
-from suite.stats import quantile
+from suite.core.matrix import expand, load_matrix, select
+from suite.core.stats import quantile
+from suite.execute.environment import RunOptions
+from suite.execute.runner import Run
+from suite.worker.backends import get
+from suite.worker.measure import time_call, timer_overhead_s
 
 HERE = Path(__file__).resolve().parent
 # Cells of the built-in matrix the p50 comparison times: attention, a training step, SDPA.

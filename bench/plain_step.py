@@ -17,9 +17,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from suite.backends import get
-from suite.spec import CellSpec
-from suite.worker import WorkerContext
+from suite.core.spec import CellSpec
+from suite.worker.backends import get
+from suite.worker.cell import WorkerContext
 from suite.workloads import resolve
 
 

@@ -1,3 +1,3 @@
-from suite.cli import main
+from suite.cli.main import main
 
 main()

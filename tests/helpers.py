@@ -6,7 +6,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from suite.cli import main
+from suite.cli.main import main
 
 TESTS = Path(__file__).resolve().parent
 PLANTED = TESTS / "plugins" / "planted.py"

@@ -8,9 +8,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from suite.results import cell_file, write_result, write_run
-from suite.spec import spec_hash
-from suite.stats import NOISY_RELATIVE_IQR, noise_grade, summarize
+from suite.core.results import cell_file, write_result, write_run
+from suite.core.spec import spec_hash
+from suite.core.stats import NOISY_RELATIVE_IQR, noise_grade, summarize
 
 ENV: dict[str, Any] = {
     "kind": "torch-matrix/environment",
@@ -264,7 +264,7 @@ _WHY = {
 
 
 def _gate_dict(gate: Any, verdict: str, message: str, **numbers: Any) -> dict[str, Any]:
-    from suite.verdicts import gate_result
+    from suite.judge.verdicts import gate_result
 
     return gate_result(gate, verdict, message, **numbers)
 
@@ -366,9 +366,9 @@ def _research_cell(policy: Any, workload: str, case: str, backend: str) -> dict[
 
 def research_decision() -> dict[str, Any]:
     """17 rows (12 of them on absent backends), several inconclusive timing cells, one fail."""
-    from suite.decide import apply_rules, overall
-    from suite.policy import load_policy
-    from suite.validation import validate
+    from suite.core.validation import validate
+    from suite.judge.policy import load_policy
+    from suite.judge.rules import apply_rules, overall
 
     policy = load_policy(None, "research")
     cells = [

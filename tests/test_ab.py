@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from suite.decide import EXIT_CODES
-from suite.validation import validate_file
+from suite.core.validation import validate_file
+from suite.judge.rules import EXIT_CODES
 from tests.helpers import cli
 
 pytestmark = pytest.mark.slow

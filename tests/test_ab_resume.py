@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from suite.results import cell_file
-from suite.validation import validate_file
+from suite.core.results import cell_file
+from suite.core.validation import validate_file
 from tests.helpers import PLANTED
 from tests.plugins.resume_planted import HOLD_AT, HOLD_DIR
 
@@ -84,7 +84,9 @@ def _no_stray_processes(out: Path) -> None:
                 cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
             except OSError:
                 continue
-            if str(out) in cmd or ("suite.forkserver" in cmd and str(out) in _environ(entry)):
+            if str(out) in cmd or (
+                "suite.execute.forkserver" in cmd and str(out) in _environ(entry)
+            ):
                 alive.append(cmd)
         if not alive or time.monotonic() > deadline:
             break

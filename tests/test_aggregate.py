@@ -64,3 +64,89 @@ def test_github_step_writes_outputs_and_summary_and_exits_0_on_any_decision(
     # Errors keep their exit codes.
     code, _, _ = cli("aggregate", str(tmp_path / "none"), "--out", str(out), "--github-step")
     assert code == 2
+
+
+def _rollback_evidence(job: Path, torch_save_diff: float | None) -> None:
+    """What ab's rollback checks leave in a job folder: the steps' record, both readers'
+    reports and a rehearsal that reproduced the baseline (a copy of its round 0)."""
+    import shutil
+
+    folder = job / "rollback"
+    folder.mkdir(parents=True)
+    timing = {"duration_s": 9.0, "environment_ready_s": 1.0, "rehearsal_s": 8.0}
+    steps = {
+        w: {"write_exit": 0, "read_exit": 0}
+        for w in ("candidate-to-baseline", "baseline-to-candidate")
+    }
+    (folder / "record.json").write_text(json.dumps({"steps": steps, "timing": timing}))
+    for way in steps:
+        diff = torch_save_diff if way == "candidate-to-baseline" else 0.0
+        formats = {
+            # The reader's own `ok` says pass: the judge goes by the numbers, not by it.
+            "torch_save": {"ok": True, "max_rel_diff": diff, "error": None},
+            "dcp": {"ok": True, "max_rel_diff": 0.0, "error": None},
+        }
+        report = {"torch": "2.14.1", "written_by": "2.13.0", "formats": formats}
+        (folder / f"{way}.json").write_text(json.dumps(report))
+    shutil.copytree(job / "baseline", job / "rehearsal")
+    # A stale decision of the job that says all passed must not be copied.
+    (job / "decision.json").write_text("{}")
+
+
+@pytest.mark.parametrize(("diff", "verdict"), [(0.0, "pass"), (0.5, "fail"), (None, "fail")])
+def test_aggregate_judges_rollback_again_from_the_jobs_reports(
+    tmp_path: Path, diff: float | None, verdict: str
+) -> None:
+    root = tmp_path / "jobs"
+    _job(root, "0", Cell(workload="sdpa", case="a"), 1)
+    _rollback_evidence(root / "torch-matrix-job-0", diff)
+    out = tmp_path / "decision"
+    code, _, stderr = cli("aggregate", str(root), "--out", str(out), "--format", "json")
+    decision = json.loads((out / "decision.json").read_text())
+    gates = {
+        c["cell_id"]: c["gates"][0]["verdict"]
+        for c in decision["cells"]
+        if c["workload"] == "rollback"
+    }
+    assert gates == {
+        "rollback.checkpoint.torch_save.candidate-to-baseline@0": verdict,
+        "rollback.checkpoint.dcp.candidate-to-baseline@0": "pass",
+        "rollback.checkpoint.torch_save.baseline-to-candidate@0": "pass",
+        "rollback.checkpoint.dcp.baseline-to-candidate@0": "pass",
+        "rollback.rehearsal@0": "pass",
+    }, stderr
+    assert decision["rollback"]["jobs"]["0"]["duration_s"] == 9.0
+    assert (code == 0) == (verdict == "pass"), stderr
+
+
+def test_aggregate_judges_a_rehearsal_that_lost_a_cell(tmp_path: Path) -> None:
+    root = tmp_path / "jobs"
+    _job(root, "0", Cell(workload="sdpa", case="a"), 1)
+    job = root / "torch-matrix-job-0"
+    _rollback_evidence(job, 0.0)
+    for record in (job / "rehearsal" / "cells").glob("*.json"):
+        record.unlink()
+    out = tmp_path / "decision"
+    cli("aggregate", str(root), "--out", str(out))
+    decision = json.loads((out / "decision.json").read_text())
+    (rehearsal,) = [c for c in decision["cells"] if c["cell_id"] == "rollback.rehearsal@0"]
+    assert rehearsal["gates"][0]["verdict"] == "fail"
+    assert "sdpa.a@cpu: no rehearsal record" in rehearsal["gates"][0]["message"]
+
+
+def test_aggregate_says_not_comparable_from_the_recorded_differences(tmp_path: Path) -> None:
+    root = tmp_path / "jobs"
+    _job(root, "0", Cell(workload="sdpa", case="a"), 1)
+    run = root / "torch-matrix-job-0" / "candidate" / "run.json"
+    doc = json.loads(run.read_text())
+    doc["environment"]["cpu"]["model"] = "another CPU"
+    run.write_text(json.dumps(doc))
+    out = tmp_path / "decision"
+    cli("aggregate", str(root), "--out", str(out))
+    decision = json.loads((out / "decision.json").read_text())
+    assert decision["comparable"]["ok"] is False
+    assert [r for r in decision["reasons"] if r.startswith("not comparable")] == [
+        "not comparable: "
+        + ", ".join(dict.fromkeys(d["field"] for d in decision["comparable"]["differences"]))
+        + " differ"
+    ]

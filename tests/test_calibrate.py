@@ -15,7 +15,10 @@ import pytest
 import yaml
 from scipy.stats import norm
 
-from suite.calibrate import (
+from suite.core.errors import InputError, SchemaVersionError
+from suite.core.spec import CellSpec
+from suite.core.validation import validate_file
+from suite.flows.calibrate import (
     calibration,
     read_calibration,
     runner_identity,
@@ -23,12 +26,9 @@ from suite.calibrate import (
     threshold_warnings,
     write_calibration,
 )
-from suite.compare import Side
-from suite.errors import InputError, SchemaVersionError
-from suite.policy import Policy, default_policy_text, load_policy
+from suite.flows.compare import Side
+from suite.judge.policy import Policy, default_policy_text, load_policy
 from suite.report.calibration import TOO_TIGHT, render_calibration
-from suite.spec import CellSpec
-from suite.validation import validate_file
 from tests.helpers import cli, planted
 from tests.synthetic import ENV, Cell, make_run
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from suite.cli import main
-from suite.errors import EnvironmentProblem
+from suite.cli.main import main
+from suite.core.errors import EnvironmentProblem
 
 
 def _interrupt(*_: Any, **__: Any) -> Any:
@@ -23,14 +23,14 @@ def _unreachable(*_: Any, **__: Any) -> Any:
 
 # command line, and the function it reaches first that can be made to raise
 COMMANDS = {
-    "pins": (["pins", "--base", "A", "--head", "B"], "suite.pins.tree_at_ref"),
-    "plan": (["plan", "--workload", "sdpa"], "suite.plan.plan"),
-    "run": (["run", "--workload", "sdpa", "--backend", "cpu"], "suite.runner.run_matrix"),
+    "pins": (["pins", "--base", "A", "--head", "B"], "suite.pins.assess.tree_at_ref"),
+    "plan": (["plan", "--workload", "sdpa"], "suite.flows.plan.plan"),
+    "run": (["run", "--workload", "sdpa", "--backend", "cpu"], "suite.execute.runner.run_matrix"),
     "comment": (
         ["comment", "--decision", "DECISION", "--repo", "o/r", "--pr", "1"],
-        "suite.github.cli_comment._post",
+        "suite.cli.comment._post",
     ),
-    "repro": (["repro", "x@cpu", "--results", "RESULTS"], "suite.repro.locate"),
+    "repro": (["repro", "x@cpu", "--results", "RESULTS"], "suite.flows.repro.locate"),
 }
 
 
@@ -67,7 +67,7 @@ def test_a_bad_side_names_its_option(role: str, tmp_path: Path) -> None:
 
 
 def test_an_option_error_with_a_file_names_both() -> None:
-    from suite.errors import InputError
+    from suite.core.errors import InputError
 
     error = InputError("neither a run directory", file="/r", option="--results")
     assert str(error) == "--results /r: neither a run directory"

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from suite.results import read_result
+from suite.core.results import read_result
 from tests.helpers import REPO, cli
 
 pytestmark = pytest.mark.slow

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from suite.compare import Side, decide
-from suite.decide import TIMING_GATES, apply_rules, exit_code, overall
-from suite.errors import InputError
-from suite.policy import load_policy
+from suite.core.errors import InputError
+from suite.flows.compare import Side, decide
+from suite.judge.policy import load_policy
+from suite.judge.rules import TIMING_GATES, apply_rules, exit_code, overall
 from tests.helpers import cli
 from tests.synthetic import ENV, Cell, make_run, research_decision
 
@@ -270,7 +270,7 @@ def test_unknown_profile_and_missing_side(tmp_path: Path) -> None:
 
 
 def test_failed_rollback_gate_defers(tmp_path: Path) -> None:
-    from suite.rollback_gate import _cell
+    from suite.judge.rollback import rollback_cell as _cell
 
     b = make_run(tmp_path / "b", [Cell()], run_id="20261130T100000Z-aaaaaa")
     c = make_run(tmp_path / "c", [Cell()], run_id="20261130T100000Z-bbbbbb")

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from suite.results import read_result
+from suite.core.results import read_result
 from suite.workloads import Skip
 from suite.workloads.collectives import OPS, agree_on_calls, bus_factor, load_torchcomms
 from tests.helpers import cli

@@ -16,12 +16,13 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from suite.cli import plan
-from suite.cli_repro import repro
-from suite.docker_side import WORKER_LABEL
-from suite.results import read_result
-from suite.runner import RunOptions, run_matrix
-from suite.sides import prepare
+from suite.cli.repro import repro
+from suite.core.matrix import select_cells as plan
+from suite.core.results import read_result
+from suite.execute.docker import WORKER_LABEL
+from suite.execute.environment import RunOptions
+from suite.execute.runner import run_matrix
+from suite.execute.sides import prepare
 from tests.helpers import REPO, cli
 from tests.plugins.team_bench import FAIL_VAR
 

@@ -16,18 +16,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from suite.cli_repro import repro
-from suite.docker_side import (
-    ContainerLauncher,
-    collapse,
-    docker_run_line,
-    exit_status,
-    forwarded_env,
-    mounts_for,
-    uncovered,
-)
-from suite.errors import EnvironmentProblem
-from suite.sides import parse
+from suite.cli.repro import repro
+from suite.core.errors import EnvironmentProblem
+from suite.execute.docker import ContainerLauncher, docker_run_line, exit_status, forwarded_env
+from suite.execute.mounts import collapse, mounts_for, uncovered
+from suite.execute.sides import parse
 from tests.synthetic import ENV, Cell, make_run
 
 DIGEST = "sha256:" + "ab" * 32
@@ -190,10 +183,10 @@ def test_mounts_cover_what_each_step_reads_and_writes(tmp_path: Path) -> None:
         str(tmp_path / "traces"): "rw",
     }
     folder = run / "rollback" / "written-by-candidate"
-    write = ["python", "-m", "suite.rollback", "write", "--into", str(folder)]
+    write = ["python", "-m", "suite.worker.rollback", "write", "--into", str(folder)]
     assert mounts_for(write, create=True) == {str(folder): "rw"} and folder.is_dir()
     report = run / "rollback" / "candidate-to-baseline.json"
-    read = ["python", "-m", "suite.rollback", "read", "--from", str(folder)]
+    read = ["python", "-m", "suite.worker.rollback", "read", "--from", str(folder)]
     assert mounts_for([*read, "--report", str(report)]) == {str(run / "rollback"): "rw"}
     matrix = tmp_path / "m.yaml"
     repro = ["torch-matrix", "run", f"--matrix={matrix}", "--workload", f"{plugins}/bench.py:X"]
@@ -338,7 +331,7 @@ def test_repro_unknown_cell_names_file_and_argument(tmp_path: Path) -> None:
 def test_sdk_options_and_the_pasted_line_give_the_same_devices(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import suite.docker_side as docker_side
+    import suite.execute.devices as docker_side
 
     rocm = docker_side.Devices(nodes=("/dev/kfd", "/dev/dri"), groups=("video", "109"))
     monkeypatch.setattr(docker_side, "devices", lambda backend: rocm)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from suite.results import read_result
+from suite.core.results import read_result
 from tests.helpers import REPO, cli
 
 EXAMPLE = REPO / "examples" / "sink_mask.py"

@@ -17,13 +17,14 @@ from typing import Any
 
 import pytest
 
-from suite.errors import EnvironmentProblem
-from suite.forkclient import ForkServer, fork_launcher_enabled
-from suite.forkserver import Request, import_time_env
-from suite.launch import Launcher, Outcome, run_process
-from suite.results import new_run_id, read_result
-from suite.runner import RunOptions, worker_argv, worker_env
-from suite.spec import CellSpec
+from suite.core.errors import EnvironmentProblem
+from suite.core.results import new_run_id, read_result
+from suite.core.spec import CellSpec
+from suite.execute.cell import worker_argv
+from suite.execute.environment import RunOptions, worker_env
+from suite.execute.forkclient import ForkServer, fork_launcher_enabled
+from suite.execute.forkserver import Request, import_time_env
+from suite.execute.launch import Launcher, Outcome, run_process
 from tests.helpers import PLANTED, REPO, TESTS
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
@@ -237,7 +238,7 @@ def test_a_server_lost_mid_request_is_a_crash_and_the_next_call_restarts_it(
 PARENT = """
 import json, sys
 from pathlib import Path
-from suite.forkclient import ForkServer
+from suite.execute.forkclient import ForkServer
 argv, env, log, server_log = json.loads(sys.argv[1])
 with ForkServer(sys.executable, env, Path(server_log)) as server:
     server(argv, log_path=Path(log), timeout_s=600, env=env)

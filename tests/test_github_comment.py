@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from suite.errors import InputError
+from suite.cli.comment import comment
+from suite.core.errors import InputError
+from suite.core.validation import validate
 from suite.github import GitHubClient, GitHubError, comment_body, marker, upsert_comment
-from suite.github.cli_comment import comment
 from suite.github.comment import Author, own_author, stamp
 from suite.report.escape import ZWJ
-from suite.validation import validate
 from tests.fake_github import DOCS, SPEC_FILE, FakeGitHub, OpenAPI, load_spec, simple_user
 
 TOKEN = "ghp_S3cretT0kenValue0123456789abcdefXYZ"

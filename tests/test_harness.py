@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from suite.results import read_result, read_run
+from suite.core.results import read_result, read_run
 from tests.helpers import cli, planted
 
 

@@ -1,11 +1,17 @@
 """Import rules of the package, read from the source (every import, those inside functions
-too): no cycles, and the worker, which runs inside every cell's process and every image, imports
-nothing that executes, judges, reports or talks to GitHub."""
+too): no cycles, and the role rules of .importlinter, which `lint-imports` checks (here and in
+.ci/run); each rule is shown to break on a planted import."""
 
 from __future__ import annotations
 
 import ast
+import os
+import shutil
+import subprocess
 from collections import defaultdict
+from pathlib import Path
+
+import pytest
 
 from tests.helpers import REPO
 
@@ -76,12 +82,48 @@ def test_no_import_cycles_even_through_imports_inside_functions() -> None:
 
 def test_the_worker_imports_nothing_that_executes_judges_reports_or_posts() -> None:
     graph = _graph()
-    seen, todo = set(), ["suite.worker"]
+    roots = [m for m in graph if m.startswith(("suite.worker", "suite.workloads"))]
+    seen, todo = set(roots), list(roots)
     while todo:
         for dep in graph.get(todo.pop(), ()):
             if dep not in seen:
                 seen.add(dep)
                 todo.append(dep)
-    forbidden = ("suite.runner", "suite.ab", "suite.compare", "suite.judge", "suite.gates")
-    forbidden += ("suite.cli", "suite.docker_side", "suite.report", "suite.github")
-    assert not {m for m in seen if m.startswith(forbidden)}, sorted(seen)
+    roles = ("execute", "judge", "flows", "report", "github", "pins", "cli")
+    assert not {m for m in seen if m.split(".")[1] in roles}, sorted(seen)
+
+
+def _lint(package: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["lint-imports", "--config", str(REPO / ".importlinter"), "--no-cache"],
+        cwd=package.parent, capture_output=True, text=True, timeout=300, check=False,
+        env={**os.environ, "PYTHONPATH": str(package.parent)},
+    )  # fmt: skip
+
+
+def test_the_import_rules_hold() -> None:
+    found = _lint(PACKAGE)
+    assert found.returncode == 0, found.stdout + found.stderr
+    assert "0 broken" in found.stdout
+
+
+@pytest.mark.parametrize(
+    ("module", "line", "contract"),
+    [
+        ("worker/cell.py", "from suite.execute import runner", "The worker"),
+        ("judge/gates.py", "import subprocess", "Judging starts no process"),
+        ("report/table.py", "from suite.judge import rules", "Reports render records"),
+        ("core/results.py", "from suite.flows import ab", "Roles, top to bottom"),
+    ],
+)
+def test_a_planted_violation_breaks_its_rule(
+    tmp_path: Path, module: str, line: str, contract: str
+) -> None:
+    copy = tmp_path / "suite"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    target = copy / module
+    target.write_text(target.read_text() + f"\n\ndef _planted() -> None:\n    {line}\n")
+    found = _lint(copy)
+    assert found.returncode != 0
+    broken = [b for b in found.stdout.splitlines() if b.endswith("BROKEN")]
+    assert any(b.startswith(contract) for b in broken) or contract in found.stdout, found.stdout

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from suite.errors import InputError
-from suite.matrix import expand, load_matrix, select
+from suite.core.errors import InputError
+from suite.core.matrix import expand, load_matrix, select
 from tests.helpers import cli, planted
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from suite.measure import FLOOR_SAMPLES, MEMORY_PASS_CALLS, Budget, memory_pass, run_timed
+from suite.worker.measure import FLOOR_SAMPLES, MEMORY_PASS_CALLS, Budget, memory_pass, run_timed
 
 
 class FakeClock:

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import torch
 
-from suite.compare import Side, decide
-from suite.policy import load_policy
+from suite.flows.compare import Side, decide
+from suite.judge.policy import load_policy
 from tests.helpers import REPO, cli
 from tests.synthetic import Cell, make_run
 

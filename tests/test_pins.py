@@ -12,10 +12,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from suite.cli_ci import pins_command, write_github_output
-from suite.errors import InputError
-from suite.pin_formats import Unreadable
-from suite.pins import (
+from suite.cli.ci import pins_command, write_github_output
+from suite.core.errors import InputError
+from suite.pins.assess import (
     MAX_FILE_BYTES,
     detect_bump,
     effective_pin,
@@ -25,6 +24,7 @@ from suite.pins import (
     pins_in_file,
     tree_at_ref,
 )
+from suite.pins.formats import Unreadable
 
 needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from suite.cli_ci import plan_command
-from suite.errors import InputError
-from suite.matrix import Matrix, expand, load_matrix, select
-from suite.plan import COMPILED_COST, DEFAULT_RUNNERS, GITHUB_MAX_JOBS, cell_cost, plan
-from suite.spec import CellSpec
+from suite.cli.ci import plan_command
+from suite.core.errors import InputError
+from suite.core.matrix import Matrix, expand, load_matrix, select
+from suite.core.spec import CellSpec
+from suite.flows.plan import COMPILED_COST, DEFAULT_RUNNERS, GITHUB_MAX_JOBS, cell_cost, plan
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from suite.errors import WorkloadError
-from suite.results import read_result, read_run
+from suite.core.errors import WorkloadError
+from suite.core.results import read_result, read_run
 from suite.workloads import resolve
 from tests.helpers import REPO, cli, planted
 
@@ -65,7 +65,7 @@ def test_plugin_in_matrix_file(tmp_path: Path) -> None:
         ("no_such_workload", "unknown workload 'no_such_workload'"),
         ("tests.plugins.nope:X", "importing 'tests.plugins.nope'"),
         (f"{planted('Missing')}", "has no attribute 'Missing'"),
-        ("suite.errors:SuiteError", "neither a Workload subclass"),
+        ("suite.core.errors:SuiteError", "neither a Workload subclass"),
     ],
 )
 def test_bad_references(ref: str, message: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -83,8 +83,9 @@ def test_sys_path_not_polluted() -> None:
 
 
 def test_a_plugin_edited_mid_run_fails_its_cells(tmp_path: Path) -> None:
-    from suite.cli import plan
-    from suite.runner import RunOptions, run_matrix
+    from suite.core.matrix import select_cells as plan
+    from suite.execute.environment import RunOptions
+    from suite.execute.runner import run_matrix
 
     plugin = tmp_path / "team" / "bench.py"
     plugin.parent.mkdir()

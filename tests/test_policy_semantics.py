@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 import yaml
 
-from suite.errors import InputError
-from suite.metric_gates import METRIC_GATES
-from suite.policy import GATE_NEEDS, Gate, default_policy_text, load_policy
+from suite.core.errors import InputError
+from suite.judge.metric_gates import METRIC_GATES
+from suite.judge.policy import GATE_NEEDS, Gate, default_policy_text, load_policy
 from tests.helpers import cli, planted
 
 
@@ -67,7 +67,7 @@ def test_unknown_gates_stray_fields_and_rules_naming_absent_gates(tmp_path: Path
 
 
 def test_every_gate_the_policy_knows_is_judged_and_no_other() -> None:
-    from suite.judge import REGISTRY
+    from suite.judge.registry import REGISTRY
 
     assert list(REGISTRY) != [] and set(GATE_NEEDS) == set(REGISTRY)
 

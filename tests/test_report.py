@@ -24,11 +24,11 @@ from typing import Any
 
 import pytest
 
-from suite.errors import InputError
+from suite.core.errors import InputError
+from suite.core.validation import validate
 from suite.report import FORMATS, render, render_junit, render_markdown, render_table, write_chart
 from suite.report.escape import ZWJ, code_block, html_text, md
 from suite.report.table import format_bytes, format_seconds, format_value
-from suite.validation import validate
 from tests.helpers import TESTS
 from tests.synthetic import research_decision
 
@@ -705,7 +705,7 @@ def _wide_decision(cells: int) -> dict[str, Any]:
 
 
 def test_job_summary_of_a_300_cell_decision_stays_under_1_mib(tmp_path: Path) -> None:
-    from suite.cli import SUMMARY_MAX_BYTES, append_summary
+    from suite.github.outputs import SUMMARY_MAX_BYTES, append_summary
 
     doc = _wide_decision(300)
     full = render_markdown(doc).encode("utf-8")

@@ -9,11 +9,12 @@ from typing import Any
 
 import torch
 
-from suite import rollback
-from suite.launch import Outcome, run_process
-from suite.rollback_gate import compatibility
-from suite.runner import RunOptions, worker_env
-from suite.sides import Side
+from suite.execute.environment import RunOptions, worker_env
+from suite.execute.launch import Outcome, run_process
+from suite.execute.sides import Side
+from suite.flows.rollback import compatibility
+from suite.judge.rollback import compatibility_cells, judge_rehearsal
+from suite.worker import rollback
 
 
 def _rename_keys(folder: Path) -> None:
@@ -58,7 +59,9 @@ def test_read_reports_renamed_keys(tmp_path: Path) -> None:
 def test_incompatible_checkpoint_fails_the_gate(tmp_path: Path) -> None:
     run: Any = _Run(tmp_path)
     sides = {"baseline": (_side(False), run), "candidate": (_side(True), run)}
-    cells, reports = compatibility(sides, tmp_path)
+    steps = compatibility(sides, tmp_path)
+    assert steps["candidate-to-baseline"] == {"write_exit": 0, "read_exit": 0}
+    cells, reports = compatibility_cells(tmp_path, steps)
     verdicts = {c["cell_id"]: c["gates"][0] for c in cells}
     bad = verdicts["rollback.checkpoint.torch_save.candidate-to-baseline@any"]
     assert bad["verdict"] == "fail" and "Missing key(s)" in bad["message"]
@@ -71,7 +74,7 @@ def _rehearsal_dirs(tmp_path: Path, before: torch.Tensor, after: torch.Tensor) -
     """A baseline cell and its rehearsal, identical but for one saved output."""
     import json
 
-    from suite.cli import plan
+    from suite.core.matrix import select_cells as plan
 
     _, cells, _ = plan(None, ["sdpa"], ["cpu"], ["sdpa.none.fp32.fwd.s256@cpu"], None)
     (spec,) = cells
@@ -84,12 +87,11 @@ def _rehearsal_dirs(tmp_path: Path, before: torch.Tensor, after: torch.Tensor) -
         doc = {"status": "ok", "outputs": {"file": "tensors/out.pt"}}
         (folder / "cells" / f"{spec.cell_id}.json").write_text(json.dumps(doc))
         dirs.append(folder)
-    return cells, dirs[0], dirs[1]
+    return [spec.cell_id], dirs[0], dirs[1]
 
 
 def test_a_nan_in_the_rehearsal_fails_it(tmp_path: Path) -> None:
-    from suite.policy import load_policy
-    from suite.rollback_gate import judge_rehearsal
+    from suite.judge.policy import load_policy
 
     policy = load_policy(None, "research")
     timing = {"duration_s": 1.0, "environment_ready_s": 0.5, "rehearsal_s": 0.5}

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from suite.docker_side import forwarded_env
-from suite.envinfo import relevant_env
-from suite.secrets import REDACTED, is_secret
+from suite.core.secrets import REDACTED, is_secret
+from suite.execute.docker import forwarded_env
+from suite.worker.envinfo import relevant_env
 from tests.helpers import cli, planted
 
 SECRETS = {

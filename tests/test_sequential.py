@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from scipy import special, stats
 
-from suite.sequential import (
+from suite.judge.sequential import (
     DEFAULT_LOOKS,
     Design,
     betainc,

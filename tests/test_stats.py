@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from suite import stats
+from suite.core import stats
 
 
 def test_quantile_matches_linear_interpolation() -> None:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from suite.errors import InputError
-from suite.validation import validate_file
+from suite.core.errors import InputError
+from suite.core.validation import validate_file
 from tests.helpers import TESTS, cli
 
 VALID = sorted((TESTS / "fixtures" / "valid").iterdir())

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from suite.results import read_result, read_run
+from suite.core.results import read_result, read_run
 from tests.helpers import cli
 
 pytestmark = pytest.mark.slow

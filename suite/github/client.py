@@ -19,7 +19,7 @@ import requests
 import requests.auth
 
 from suite import __version__
-from suite.errors import InputError, SuiteError
+from suite.core.errors import InputError, SuiteError
 from suite.report.escape import plain
 
 DEFAULT_API_URL = "https://api.github.com"

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from suite.errors import InputError
+from suite.core.errors import InputError
 from suite.github.client import GitHubClient, GitHubError
 from suite.report.markdown import render_markdown
 from suite.report.table import Decision

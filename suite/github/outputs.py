@@ -6,8 +6,11 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
 
-from suite.errors import EnvironmentProblem
+from suite.core.errors import EnvironmentProblem, InputError
+from suite.report.markdown import render_markdown
 
 
 def write_github_output(values: Mapping[str, str]) -> None:
@@ -28,3 +31,30 @@ def write_github_output(values: Mapping[str, str]) -> None:
             fh.write(text)
     except OSError as exc:
         raise EnvironmentProblem(f"cannot append to GITHUB_OUTPUT ({target}): {exc}") from None
+
+
+# GitHub refuses a job summary above 1 MiB (for the whole step); a margin keeps what the
+# workflow's shell adds after the report inside it.
+SUMMARY_MAX_BYTES = (1 << 20) - 4096
+
+
+def append_summary(decision: dict[str, Any], path: Path, full_report_url: str | None) -> int:
+    """Append the report to a job summary, cut to fit beside what the file holds; returns the
+    bytes written."""
+    try:
+        used = path.stat().st_size if path.exists() else 0
+    except OSError as exc:
+        raise InputError(
+            f"cannot read the summary file: {exc}", file=str(path), option="--summary"
+        ) from None
+    room = max(0, SUMMARY_MAX_BYTES - used)
+    text = render_markdown(decision, max_bytes=room, full_report_url=full_report_url)
+    data = text.encode("utf-8")
+    try:
+        with open(path, "ab") as fh:
+            fh.write(data)
+    except OSError as exc:
+        raise InputError(
+            f"cannot append to the summary file: {exc}", file=str(path), option="--summary"
+        ) from None
+    return len(data)

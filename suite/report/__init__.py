@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from suite.errors import InputError
+from suite.core.errors import InputError
+from suite.core.results import atomic_write_json
 from suite.report.chart import write_chart
 from suite.report.junit import render_junit
 from suite.report.markdown import render_markdown
@@ -24,6 +26,7 @@ __all__ = [
     "render_markdown",
     "render_table",
     "write_chart",
+    "write_reports",
 ]
 
 FORMATS = ("table", "markdown", "json", "junit")
@@ -51,3 +54,12 @@ def render(decision: dict[str, Any], fmt: str) -> str:
             f"unknown report format {fmt!r}; expected one of {', '.join(FORMATS)}"
         ) from None
     return renderer(decision)
+
+
+def write_reports(decision: dict[str, Any], out: Path) -> None:
+    """The files every decision folder gets: the record, its Markdown and JUnit reports and
+    the chart."""
+    atomic_write_json(out / "decision.json", decision)
+    (out / "decision.md").write_text(render(decision, "markdown"), encoding="utf-8")
+    (out / "junit.xml").write_text(render(decision, "junit"), encoding="utf-8")
+    write_chart(decision, out / "chart.png")

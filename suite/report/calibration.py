@@ -1,6 +1,6 @@
 """The terminal table of a calibration record: cell x timing gate, spread against threshold.
 
-Only renders; suite.calibrate works the numbers out.
+Only renders; suite.flows.calibrate works the numbers out.
 """
 
 from __future__ import annotations

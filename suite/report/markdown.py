@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from suite.decide import DECISIONS, UNDECIDED_WHY
+from suite.core.records import DECISIONS, UNDECIDED_WHY
 from suite.report.escape import cap, code_block, html_text, md
 from suite.report.table import (
     ATTENTION,

@@ -14,7 +14,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from suite.errors import WorkloadError
+from suite.core.errors import WorkloadError
 from suite.workloads.base import CellContext, Param, Skip, Unsupported, Workload
 
 __all__ = [

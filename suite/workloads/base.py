@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from suite.core.spec import ParamValue as ParamValue  # plugins import it from here
+
 if TYPE_CHECKING:
     import torch
 
-    from suite.backends import Backend
+    from suite.worker.backends import Backend
 
-ParamValue = str | int | float | bool
 
 DTYPES = ("fp32", "bf16", "fp16", "fp64")
 

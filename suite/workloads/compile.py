@@ -160,8 +160,8 @@ def _warm_compile_s(
 
 def warm_main(argv: Sequence[str] | None = None) -> int:
     """Child side of _warm_compile_s: rebuild the model, compile, print the first-call time."""
-    from suite.backends import get
-    from suite.errors import WorkloadError
+    from suite.core.errors import WorkloadError
+    from suite.worker.backends import get
     from suite.workloads import resolve
 
     job = json.loads((argv or sys.argv[1:])[0])

@@ -1,0 +1,212 @@
+"""The CI commands: `pins` (did this change bump torch?) and `plan` (the job matrix).
+
+Registered by suite/cli/main.py; errors become exit codes at the one edge, suite.cli.edge. It
+imports no other command module.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from suite.cli.edge import handles_errors
+from suite.cli.options import calibration_option, policy_options, warn_below_resolution
+from suite.core.errors import InputError
+from suite.github.outputs import write_github_output
+
+if TYPE_CHECKING:
+    from suite.pins.assess import Assessment
+
+
+EXIT_CODES = """\b
+Exit codes:
+  0  done (for pins: whether or not torch changed; read the output)
+  2  invalid input: a ref, file, matrix or option (the message names it)
+  3  environment problem: git missing, GITHUB_OUTPUT not writable"""
+
+
+def _read(path: Path, option: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read {option}: {exc}", file=str(path)) from None
+
+
+def pins_record(result: Assessment | None) -> dict[str, Any]:
+    """The JSON `pins --json` prints for a suite.pins.assess.Assessment (None: no change).
+
+    status is changed, unknown or unchanged; run says whether the matrix must run (torch moved,
+    or it cannot be told that it did not); changed stays true only for a known move."""
+    if result is None or result.status == "unchanged":
+        record: dict[str, Any] = {
+            "changed": False,
+            "status": "unchanged",
+            "run": False,
+            "message": "no torch change",
+        }
+        if result is not None and result.disagreements:
+            record["disagreements"] = list(result.disagreements)
+        return record
+    record = {
+        "changed": result.status == "changed",
+        "status": result.status,
+        "run": True,
+        "baseline": result.baseline,
+        "candidate": result.candidate,
+        "files": list(result.files),
+        "message": result.message,
+        "unknown": [u.as_dict() for u in result.unknown],
+        "disagreements": list(result.disagreements),
+        "companions": {
+            pkg: {"baseline": old, "candidate": new} for pkg, old, new in result.companions
+        },
+    }
+    for role, pin in (("baseline", result.baseline_pin), ("candidate", result.candidate_pin)):
+        record[f"{role}_index_url"] = pin.index_url if pin else None
+        record[f"{role}_extra_index_urls"] = list(pin.extra_index_urls) if pin else []
+    return record
+
+
+@click.command("pins", epilog=EXIT_CODES)
+@click.option("--base", metavar="REF", help="Git ref of the baseline (e.g. origin/main).")
+@click.option("--head", metavar="REF", help="Git ref of the candidate (e.g. HEAD).")
+@click.option(
+    "--repo",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path("."),
+    show_default=True,
+    help="Git repository holding --base and --head.",
+)
+@click.option("--base-file", type=click.Path(path_type=Path), help="Baseline file, not a ref.")
+@click.option("--head-file", type=click.Path(path_type=Path), help="Candidate file, not a ref.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON record.")
+@handles_errors
+def pins_command(
+    base: str | None,
+    head: str | None,
+    repo: Path,
+    base_file: Path | None,
+    head_file: Path | None,
+    as_json: bool,
+) -> None:
+    """Say whether a change moves the torch pin, and from what to what.
+
+    Reads, at two git refs: requirements*.txt, constraints*.txt, *.in, pyproject.toml, uv.lock,
+    poetry.lock, pdm.lock, Pipfile.lock, pylock*.toml, conda environment*.yml, pixi.toml,
+    pixi.lock and Dockerfiles; or two single files (--base-file/--head-file, read as the head
+    file's name says, else as requirements; .toml as pyproject.toml). A changed file that cannot
+    be read, a moved range with no lock, or files that disagree give `unknown` (exit 0, status
+    unknown, run true), never "no torch change". torchvision, torchaudio and triton moves are
+    reported beside torch. With GITHUB_OUTPUT set, also writes the step outputs changed, status,
+    run, baseline, candidate, files, message, unknown, companions and the index URLs.
+    """
+    from suite.pins.assess import Tree, assess, pin_file_kind, tree_at_ref, tree_of
+
+    if base and head and not (base_file or head_file):
+        result = assess(tree_at_ref(repo, base), tree_at_ref(repo, head))
+    elif base_file and head_file and not (base or head):
+        kind = pin_file_kind(head_file.name) or (
+            "pyproject" if head_file.suffix == ".toml" else "requirements"
+        )
+        key = str(head_file)
+
+        def single(path: Path, option: str) -> Tree:
+            return tree_of({key: _read(path, option)}, {key: kind})
+
+        result = assess(single(base_file, "--base-file"), single(head_file, "--head-file"))
+    else:
+        raise InputError(
+            "give --base and --head (git refs), or --base-file and --head-file",
+            option="--base" if base or head else "--base-file",
+        )
+    record = pins_record(result)
+    outputs = {k: _output_value(v) for k, v in record.items()}
+    write_github_output(outputs)
+    click.echo(json.dumps(record) if as_json else record["message"])
+
+
+def _output_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict) or (
+        isinstance(value, list) and any(isinstance(v, dict) for v in value)
+    ):
+        return json.dumps(value, separators=(",", ":"))
+    if isinstance(value, list):
+        return " ".join(map(str, value))
+    return "" if value is None else str(value)
+
+
+@click.command("plan", epilog=EXIT_CODES)
+@click.option(
+    "--matrix",
+    "matrix_file",
+    type=click.Path(path_type=Path),
+    help="Matrix file (YAML or JSON). Default: the built-in matrix.",
+)
+@click.option(
+    "--workload",
+    "workloads",
+    multiple=True,
+    metavar="NAME|module:object",
+    help="Plan only these workloads (repeatable).",
+)
+@click.option(
+    "--backend",
+    "backends",
+    multiple=True,
+    type=click.Choice(["cpu", "cuda", "rocm", "mps"]),
+    help="Plan only these backends (repeatable).",
+)
+@click.option(
+    "--size", type=click.Choice(["smoke", "full"]), help="Problem sizes (default: the matrix's)."
+)
+@click.option(
+    "--max-jobs",
+    type=click.IntRange(1, 256),
+    default=256,
+    show_default=True,
+    help="Most jobs in the matrix (GitHub allows 256).",
+)
+@click.option(
+    "--cells-per-job",
+    type=click.IntRange(min=1),
+    help="Most cells in one job (default: as many jobs as --max-jobs allows).",
+)
+@policy_options
+@calibration_option
+@handles_errors
+def plan_command(
+    matrix_file: Path | None,
+    workloads: Sequence[str],
+    backends: Sequence[str],
+    size: str | None,
+    max_jobs: int,
+    cells_per_job: int | None,
+    policy_file: Path | None,
+    policy_profile: str | None,
+    calibration_file: Path | None,
+) -> None:
+    """Print the GitHub Actions strategy.matrix for a matrix, as one line of JSON.
+
+    Each entry is a job: job, backend, runs-on (from the matrix's runners, or defaults),
+    cells (space-separated cell ids, for `ab --cell`) and cell_count. With GITHUB_OUTPUT set,
+    also writes the step output matrix. With a calibration (--calibration, or one in the
+    current directory), warns on stderr where a threshold of the policy is below what this
+    runner can resolve.
+    """
+    from suite.core.matrix import select_cells
+    from suite.flows.plan import plan
+    from suite.judge.policy import load_policy
+
+    matrix, cells, _ = select_cells(matrix_file, workloads, backends, (), size)
+    warn_below_resolution(calibration_file, cells, lambda: load_policy(policy_file, policy_profile))
+    strategy = plan(matrix, cells, max_jobs=max_jobs, cells_per_job=cells_per_job)
+    line = json.dumps(strategy, separators=(",", ":"))
+    write_github_output({"matrix": line})
+    click.echo(f"{len(cells)} cells in {len(strategy['include'])} jobs", err=True)
+    click.echo(line)

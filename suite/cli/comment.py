@@ -1,0 +1,118 @@
+"""The `torch-matrix comment` command: post a decision record as the sticky PR comment."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import click
+
+from suite.cli.edge import handles_errors
+from suite.core.errors import InputError
+from suite.report.escape import plain
+
+EXIT_CODES = """\b
+Exit codes:
+  0  the comment was created, updated, already current, or left to a newer run
+  2  invalid input: decision file, --repo, --pr, --full-report-url, or no token
+  3  GitHub refused or could not be reached (the message carries GitHub's reason)"""
+
+_RUN_ID_TIME = re.compile(r"(\d{4})(\d{2})(\d{2})T(\d{2})(\d{2})(\d{2})Z-")
+
+
+def default_started_at(decision: dict[str, Any]) -> str:
+    """The later side's run start, from run ids like 20250102T000000Z-bbbbbb.
+
+    The later start is the run this report is about (a baseline may be an older, cached
+    run); generated_at, the time of the comparison, is the fallback.
+    """
+    stamps = []
+    for side in ("baseline", "candidate"):
+        found = _RUN_ID_TIME.match(str(decision[side].get("run_id", "")))
+        if found:
+            y, mo, d, h, mi, s = found.groups()
+            stamps.append(f"{y}-{mo}-{d}T{h}:{mi}:{s}Z")
+    return max(stamps) if stamps else str(decision["generated_at"])
+
+
+def _post(
+    decision_file: Path,
+    repo: str,
+    pr_text: str,
+    name: str | None,
+    full_report_url: str | None,
+    run_started_at: str | None,
+    token_env: str,
+) -> None:
+    from suite.core.validation import load_document, validate_file
+    from suite.github.client import GitHubClient
+    from suite.github.comment import comment_body, parse_pr, parse_repo, upsert_comment
+
+    parse_repo(repo, option="--repo")
+    pr = parse_pr(pr_text, option="--pr")
+    if full_report_url is not None and urlsplit(full_report_url).scheme not in ("http", "https"):
+        raise InputError(
+            f"--full-report-url must be an http(s) URL, got {full_report_url!r}",
+            option="--full-report-url",
+        )
+    validate_file(decision_file, "torch-matrix/decision")
+    decision = load_document(decision_file)
+    matrix = decision.get("matrix") or {}
+    name = name or str(matrix.get("name") or "default")
+    started = run_started_at or default_started_at(decision)
+    # The client reads the token; it is never passed around or echoed from here.
+    client = GitHubClient(token_env=token_env)
+    body = comment_body(
+        decision, name=name, run_started_at=started, full_report_url=full_report_url
+    )
+    outcome = upsert_comment(client, repo, pr, body, name=name, run_started_at=started)
+    click.echo(f"comment {outcome.action}: {plain(outcome.url)}")
+    if outcome.deleted:
+        click.echo(f"deleted duplicate comments: {', '.join(map(str, outcome.deleted))}")
+
+
+@click.command(epilog=EXIT_CODES)
+@click.option(
+    "--decision",
+    "decision_file",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="decision.json written by compare or ab.",
+)
+@click.option("--repo", required=True, metavar="OWNER/NAME", help="Repository of the PR.")
+@click.option("--pr", "pr_text", required=True, metavar="N", help="Pull-request number.")
+@click.option(
+    "--name",
+    metavar="NAME",
+    help="Matrix name in the comment marker; one comment per name. "
+    "Default: the decision's matrix name, else 'default'.",
+)
+@click.option("--full-report-url", metavar="URL", help="Linked when the report is truncated.")
+@click.option(
+    "--run-started-at",
+    metavar="TIME",
+    help="ISO 8601 start of this CI run; a comment from a later-started run is left alone. "
+    "Default: the start of the later side's run, from its run id.",
+)
+@click.option(
+    "--token-env",
+    default="GITHUB_TOKEN",
+    show_default=True,
+    metavar="VAR",
+    help="Environment variable holding the token. GITHUB_API_URL sets the API (GHES).",
+)
+def comment(
+    decision_file: Path,
+    repo: str,
+    pr_text: str,
+    name: str | None,
+    full_report_url: str | None,
+    run_started_at: str | None,
+    token_env: str,
+) -> None:
+    """Create or update the sticky pull-request comment with the decision report."""
+    handles_errors(_post)(
+        decision_file, repo, pr_text, name, full_report_url, run_started_at, token_env
+    )

@@ -1,0 +1,338 @@
+"""The commands that end in a decision: ab runs both sides and decides, compare decides from two
+run directories, aggregate joins the jobs of a fanned-out matrix; and calibrate, which measures
+the runner's noise."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+
+from suite import __version__
+from suite.cli.edge import handles_errors
+from suite.cli.options import (
+    CALIBRATE_EXIT_CODES,
+    DECISION_EXIT_CODES,
+    DEFAULT_CALIBRATION,
+    calibration_option,
+    format_option,
+    github_step_option,
+    matrix_options,
+    memory_limit_bytes,
+    policy_options,
+    warn_below_resolution,
+)
+from suite.core.errors import InputError
+from suite.core.matrix import select_cells
+from suite.github.outputs import append_summary
+from suite.report import write_reports
+
+
+def finish_decision(
+    decision: dict[str, Any],
+    fmt: str,
+    *,
+    out: Path | None = None,
+    github_step: bool = False,
+    full_report_url: str | None = None,
+) -> None:
+    from suite.github.outputs import write_github_output
+    from suite.judge.rules import exit_code
+    from suite.report import render
+
+    click.echo(render(decision, fmt))
+    if not github_step:
+        sys.exit(exit_code(decision["decision"]))
+    outputs = {"decision": decision["decision"]}
+    if out is not None:
+        outputs["results-path"] = str(out)
+    write_github_output(outputs)
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        append_summary(decision, Path(summary), full_report_url)
+    sys.exit(0)
+
+
+@click.command(epilog=DECISION_EXIT_CODES)
+@click.option(
+    "--baseline",
+    default="current",
+    show_default=True,
+    metavar="SIDE",
+    help="torch==X.Y.Z (a cached venv is made), a path to a Python with torch, "
+    "docker:IMAGE (each worker in a container of a local image), or 'current' (this interpreter).",
+)
+@click.option(
+    "--candidate",
+    metavar="SIDE",
+    help="Same forms as --baseline; with --resume, the side recorded in --out.",
+)
+@matrix_options
+@policy_options
+@click.option(
+    "--rounds",
+    type=click.IntRange(min=1),
+    default=None,
+    help="A fixed design: exactly N interleaved rounds and one look at N. Default: the "
+    "policy's looks (more rounds only for cells whose timing gates are undecided).",
+)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    help="Output directory (default: torch-matrix-runs/ab-RUN_ID).",
+)
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Continue the A/B in --out where it stopped: whole rounds are kept, a half-finished "
+    "one is redone on both sides; the matrix, policy and --rounds must be the same.",
+)
+@click.option("--no-traces", is_flag=True, help="Skip the profiler traces of failing cells.")
+@calibration_option
+@format_option
+@github_step_option
+@handles_errors
+def ab(
+    baseline: str,
+    candidate: str | None,
+    matrix_file: Path | None,
+    workloads: Sequence[str],
+    backends: Sequence[str],
+    cell_ids: Sequence[str],
+    size: str | None,
+    timeout: float | None,
+    memory_limit: float | None,
+    policy_file: Path | None,
+    policy_profile: str | None,
+    rounds: int | None,
+    out: Path | None,
+    resume: bool,
+    no_traces: bool,
+    calibration_file: Path | None,
+    fmt: str,
+    github_step: bool,
+) -> None:
+    """Run the same cells on a baseline and a candidate torch, interleaved, and decide."""
+    from suite.core.progress import Progress
+    from suite.core.results import new_run_id
+    from suite.execute.sides import parse, prepare
+    from suite.flows.ab import AbOptions, design_for, recorded_sides, run_ab
+    from suite.judge.policy import load_policy
+
+    policy = load_policy(policy_file, policy_profile)  # fixed before anything runs
+    matrix, cells, resolved = select_cells(matrix_file, workloads, backends, cell_ids, size)
+    warn_below_resolution(calibration_file, cells, lambda: policy)
+    if resume:
+        if out is None:
+            raise InputError("--resume needs the --out of the A/B to continue", option="--out")
+        baseline, candidate = recorded_sides(out, baseline, candidate)
+    elif candidate is None:
+        raise InputError(
+            "give the candidate side, e.g. --candidate torch==2.14.1", option="--candidate"
+        )
+    parse(baseline, "baseline")
+    parse(candidate, "candidate")
+    out = out or Path("torch-matrix-runs") / f"ab-{new_run_id()}"
+    for role in ("baseline", "candidate"):
+        if (out / role / "run.json").exists() and not resume:
+            raise InputError(
+                "already holds a run; pass --resume to continue it, or choose another --out",
+                file=str(out / role / "run.json"),
+            )
+    click.echo(f"preparing baseline {baseline} …", err=True)
+    base_side = prepare(baseline, "baseline", log=out / "prepare.log")
+    click.echo(f"preparing candidate {candidate} …", err=True)
+    cand_side = prepare(candidate, "candidate", log=out / "prepare.log")
+    design = design_for(policy, rounds)
+    looks = ", ".join(str(n) for n in design.looks)
+    budget = f", budget {design.budget_s:g}s" if design.budget_s is not None else ""
+    click.echo(
+        f"torch-matrix {__version__}: {len(cells)} cells x 2 sides, looks at {looks} rounds"
+        f"{budget}, policy {policy.profile} ({policy.sha256[:12]}), out {out}",
+        err=True,
+    )
+    options = AbOptions(
+        out=out,
+        rounds=rounds,
+        timeout_s=timeout,
+        memory_limit_bytes=memory_limit_bytes(memory_limit),
+        progress=Progress(len(cells) * design.looks[0] * 2, stream=sys.stderr),
+        traces=not no_traces,
+        resume=resume,
+    )
+    decision = run_ab(matrix, cells, resolved, base_side, cand_side, policy, options)
+    write_reports(decision, out)
+    click.echo(f"decision: {decision['decision']} — reports in {out}", err=True)
+    finish_decision(decision, fmt, out=out, github_step=github_step)
+
+
+@click.command(epilog=CALIBRATE_EXIT_CODES)
+@matrix_options
+@policy_options
+@click.option(
+    "--side",
+    default="current",
+    show_default=True,
+    metavar="SIDE",
+    help="The torch to calibrate with, as both sides of an A/A: same forms as ab --baseline.",
+)
+@click.option(
+    "--rounds",
+    type=click.IntRange(min=4),
+    default=10,
+    show_default=True,
+    help="A/A rounds. Even numbers give each order of the sides as many rounds.",
+)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=DEFAULT_CALIBRATION,
+    show_default=True,
+    help="Calibration file to write; ab and plan read it from here by default.",
+)
+@click.option("--force", is_flag=True, help="Overwrite --out if it exists.")
+@click.option(
+    "--runs",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Folder for the A/A's two runs (default: torch-matrix-runs/calibrate-RUN_ID).",
+)
+@handles_errors
+def calibrate(
+    matrix_file: Path | None,
+    workloads: Sequence[str],
+    backends: Sequence[str],
+    cell_ids: Sequence[str],
+    size: str | None,
+    timeout: float | None,
+    memory_limit: float | None,
+    policy_file: Path | None,
+    policy_profile: str | None,
+    side: str,
+    rounds: int,
+    out: Path,
+    force: bool,
+    runs: Path | None,
+) -> None:
+    """Measure this runner's round-to-round noise with an A/A of one torch, and the smallest
+    change each timing threshold of the policy can detect here within its looks and budget."""
+    from suite.core.progress import Progress
+    from suite.core.records import FAILED_STATUSES
+    from suite.core.results import new_run_id
+    from suite.execute.sides import prepare
+    from suite.flows.calibrate import CalibrateOptions, check_out, run_calibration
+    from suite.judge.policy import load_policy
+    from suite.report.calibration import render_calibration
+
+    policy = load_policy(policy_file, policy_profile)
+    matrix, cells, resolved = select_cells(matrix_file, workloads, backends, cell_ids, size)
+    check_out(out, force)
+    runs = runs or Path("torch-matrix-runs") / f"calibrate-{new_run_id()}"
+    click.echo(f"preparing {side} …", err=True)
+    prepared = prepare(side, "side", log=runs / "prepare.log")
+    click.echo(
+        f"torch-matrix {__version__}: A/A of {len(cells)} cells on {side}, {rounds} rounds, "
+        f"policy {policy.profile} ({policy.sha256[:12]}), runs in {runs}",
+        err=True,
+    )
+    options = CalibrateOptions(
+        out=out,
+        runs=runs,
+        rounds=rounds,
+        timeout_s=timeout,
+        memory_limit_bytes=memory_limit_bytes(memory_limit),
+        progress=Progress(len(cells) * rounds * 2, stream=sys.stderr),
+        force=force,
+    )
+    doc = run_calibration(matrix, cells, resolved, prepared, policy, options)
+    click.echo(render_calibration(doc), nl=False)
+    click.echo(f"calibration: {out}", err=True)
+    sys.exit(1 if any(c["status"] in FAILED_STATUSES for c in doc["cells"]) else 0)
+
+
+@click.command(epilog=DECISION_EXIT_CODES)
+@click.argument("baseline_dir", type=click.Path(path_type=Path))
+@click.argument("candidate_dir", type=click.Path(path_type=Path))
+@policy_options
+@format_option
+@click.option(
+    "--out",
+    "out_file",
+    type=click.Path(path_type=Path),
+    help="Also write the report (in --format) to this file.",
+)
+@handles_errors
+def compare(
+    baseline_dir: Path,
+    candidate_dir: Path,
+    policy_file: Path | None,
+    policy_profile: str | None,
+    fmt: str,
+    out_file: Path | None,
+) -> None:
+    """Decide from two existing run directories."""
+    from suite.flows.compare import Side, decide
+    from suite.judge.policy import load_policy
+    from suite.report import render
+
+    policy = load_policy(policy_file, policy_profile)
+    decision = decide(Side.load(baseline_dir), Side.load(candidate_dir), policy)
+    if out_file is not None:
+        out_file.parent.mkdir(parents=True, exist_ok=True)
+        out_file.write_text(render(decision, fmt), encoding="utf-8")
+    finish_decision(decision, fmt)
+
+
+@click.command(epilog=DECISION_EXIT_CODES)
+@click.argument("roots", nargs=-1, required=True, type=click.Path(path_type=Path))
+@policy_options
+@click.option("--note", "notes", multiple=True, help="A line to add to the reasons (repeatable).")
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    required=True,
+    help="Folder for decision.json, decision.md and junit.xml.",
+)
+@click.option(
+    "--summary",
+    "summary_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Append the Markdown report to this file (a job summary: $GITHUB_STEP_SUMMARY), cut by "
+    "whole rows to keep the file under GitHub's 1 MiB limit.",
+)
+@click.option(
+    "--full-report-url",
+    metavar="URL",
+    help="Where the full report lives (the run's artifacts); linked when --summary cuts rows.",
+)
+@format_option
+@github_step_option
+@handles_errors
+def aggregate(
+    roots: Sequence[Path],
+    policy_file: Path | None,
+    policy_profile: str | None,
+    notes: Sequence[str],
+    out: Path,
+    summary_file: Path | None,
+    full_report_url: str | None,
+    fmt: str,
+    github_step: bool,
+) -> None:
+    """Join the results of many ab jobs (baseline/ beside candidate/) into one decision."""
+    from suite.flows.aggregate import aggregate as join
+    from suite.flows.aggregate import job_dirs
+    from suite.judge.policy import load_policy
+
+    policy = load_policy(policy_file, policy_profile)
+    decision = join(job_dirs(roots), policy, notes=notes)
+    out.mkdir(parents=True, exist_ok=True)
+    write_reports(decision, out)
+    if summary_file is not None:
+        append_summary(decision, summary_file, full_report_url)
+    finish_decision(
+        decision, fmt, out=out, github_step=github_step, full_report_url=full_report_url
+    )

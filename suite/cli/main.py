@@ -1,0 +1,31 @@
+"""The `torch-matrix` command group. Each command lives in a module of its own and is thin:
+parse its options, build what the core needs, run it, print; suite.cli.edge turns every typed
+error into its message and exit code, and suite.cli.options holds the option groups commands
+share."""
+
+from __future__ import annotations
+
+import click
+
+from suite import __version__
+from suite.cli.ci import pins_command, plan_command
+from suite.cli.comment import comment
+from suite.cli.decision import ab, aggregate, calibrate, compare
+from suite.cli.options import EXIT_CODES
+from suite.cli.repro import repro
+from suite.cli.run import env, run, validate
+
+
+@click.group(
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+    epilog=EXIT_CODES,
+)
+@click.version_option(__version__, prog_name="torch-matrix")
+def main() -> None:
+    """Run the same PyTorch workloads on a baseline and a candidate torch pin, across backends,
+    and decide whether to adopt the upgrade."""
+
+
+for command in (run, ab, compare, aggregate, calibrate, validate, env, plan_command, pins_command,
+                repro, comment):  # fmt: skip
+    main.add_command(command)

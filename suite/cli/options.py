@@ -1,0 +1,183 @@
+"""Options and edge helpers that commands in several modules share.
+
+A module of its own because suite.cli.main registers the commands of suite.cli.ci at import time:
+the option decorators those commands need cannot come from suite.cli.main without a cycle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+if TYPE_CHECKING:
+    from suite.core.spec import CellSpec
+    from suite.judge.policy import Policy
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# Where `calibrate` writes by default, and where `ab` and `plan` look when given no file.
+DEFAULT_CALIBRATION = "torch-matrix-calibration.json"
+
+
+def policy_options(fn: F) -> F:
+    fn = click.option(
+        "--profile",
+        "policy_profile",
+        metavar="NAME",
+        help="Policy profile (default: the policy's default_profile).",
+    )(fn)
+    fn = click.option(
+        "--policy",
+        "policy_file",
+        type=click.Path(path_type=Path),
+        help="Policy file (YAML or JSON). Default: the built-in policy.",
+    )(fn)
+    return fn
+
+
+def calibration_option(fn: F) -> F:
+    return click.option(
+        "--calibration",
+        "calibration_file",
+        type=click.Path(path_type=Path, dir_okay=False),
+        metavar="FILE",
+        help="A file from `torch-matrix calibrate`: warn, before anything runs, where a timing "
+        "threshold is below the change this runner can resolve (thresholds stay as they are). "
+        f"Default: {DEFAULT_CALIBRATION} in the current directory, when there is one.",
+    )(fn)
+
+
+def warn_below_resolution(
+    given: Path | None, cells: Sequence[CellSpec], policy: Callable[[], Policy]
+) -> None:
+    """Echo each threshold warning of the calibration to stderr.
+
+    policy: called only when a calibration is in use, so that a command that needs no policy
+    otherwise does not load one.
+    """
+    from suite.flows.calibrate import read_calibration, this_runner, threshold_warnings
+
+    path = given
+    if path is None:
+        found = Path(DEFAULT_CALIBRATION)
+        if not found.is_file():
+            return
+        click.echo(f"using the calibration in {found}", err=True)
+        path = found
+    doc = read_calibration(path)
+    for line in threshold_warnings(doc, policy(), cells, this_runner()):
+        click.echo(f"warning: {line}", err=True)
+
+
+EXIT_CODES = """\b
+Exit codes:
+  0  every cell ran (ok, unsupported or skipped)
+  1  the run finished, but some cells failed, crashed, timed out or ran out of memory
+  2  invalid input: a matrix, result or argument is wrong (the message names file and field)
+  3  environment problem: no torch in the interpreter, output not writable, ...
+  130  interrupted"""
+
+
+def matrix_options(fn: F) -> F:
+    """The options that choose cells, shared by run and ab."""
+    decorators = [
+        click.option(
+            "--matrix",
+            "matrix_file",
+            type=click.Path(path_type=Path),
+            help="Matrix file (YAML or JSON). Default: the built-in matrix.",
+        ),
+        click.option(
+            "--workload",
+            "workloads",
+            multiple=True,
+            metavar="NAME|module:object",
+            help="Run only these workloads; one not in the matrix is added with its default grid.",
+        ),
+        click.option(
+            "--backend",
+            "backends",
+            multiple=True,
+            type=click.Choice(["cpu", "cuda", "rocm", "mps"]),
+            help="Run only these backends (repeatable).",
+        ),
+        click.option(
+            "--cell",
+            "cell_ids",
+            multiple=True,
+            metavar="CELL_ID",
+            help="Run only these cells (repeatable), e.g. to reproduce one.",
+        ),
+        click.option(
+            "--size",
+            "size",
+            type=click.Choice(["smoke", "full"]),
+            help="Problem sizes (default: the matrix's profile).",
+        ),
+        click.option(
+            "--timeout",
+            type=click.FloatRange(min=0, min_open=True),
+            metavar="SECONDS",
+            help="Per-cell timeout, overriding the matrix.",
+        ),
+        click.option(
+            "--memory-limit",
+            type=click.FloatRange(min=0, min_open=True),
+            metavar="GIB",
+            help="Address-space limit for each CPU cell's worker (default: 90% of RAM).",
+        ),
+    ]
+    for decorator in reversed(decorators):
+        fn = decorator(fn)
+    return fn
+
+
+def memory_limit_bytes(memory_limit: float | None) -> int | None:
+    from suite.execute.environment import default_memory_limit
+
+    return int(memory_limit * 2**30) if memory_limit else default_memory_limit()
+
+
+DECISION_EXIT_CODES = """\b
+Exit codes:
+  0  adopt      the candidate passes every gate
+  4  isolate    failures confined to prototype-lane or isolatable rows
+  5  defer      evidence missing or inconclusive, a budget exceeded, a performance regression
+  6  rollback   a hard gate failed on a backend the fleet depends on
+  2  invalid input (the message names file and field)
+  3  environment problem (e.g. a side's environment could not be prepared)
+  130  interrupted"""
+
+
+def format_option(fn: F) -> F:
+    return click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(["table", "markdown", "json", "junit"]),
+        default="table",
+        show_default=True,
+        help="Report format on stdout.",
+    )(fn)
+
+
+def github_step_option(fn: F) -> F:
+    return click.option(
+        "--github-step",
+        is_flag=True,
+        help="Inside a GitHub Actions step: write the outputs decision and results-path to "
+        "$GITHUB_OUTPUT, append the report to $GITHUB_STEP_SUMMARY (cut by whole rows under "
+        "1 MiB), and exit 0 for every decision (errors keep their codes), so the workflow "
+        "sets the check from the decision output.",
+    )(fn)
+
+
+CALIBRATE_EXIT_CODES = """\b
+Exit codes:
+  0  the calibration is written, and every cell ran (ok, unsupported or skipped)
+  1  the calibration is written, but some cells failed, crashed, timed out or ran out of memory
+  2  invalid input, or --out exists (the message names file and field)
+  3  environment problem: no torch in the interpreter, output not writable, ...
+  130  interrupted"""

@@ -1,0 +1,225 @@
+"""Matrix files: load, validate, and expand into the list of cells to run."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from suite.core.errors import InputError, WorkloadError, warn
+from suite.core.spec import CellSpec
+from suite.core.validation import load_document, validate
+from suite.workloads import Resolved, resolve
+from suite.workloads.base import ParamValue
+
+DEFAULT_MATRIX_NAME = "<built-in default matrix>"
+DEFAULT_TIMEOUT_S = 600.0
+ALL_BACKENDS = ("cpu", "cuda", "rocm", "mps")
+
+
+@dataclass(frozen=True)
+class Entry:
+    ref: str
+    lane: str
+    grid: dict[str, list[ParamValue]]
+    backends: tuple[str, ...] | None
+    timeout_s: float | None
+    index: int | None  # position in the file; None for entries added on the command line
+
+
+@dataclass
+class Matrix:
+    name: str
+    file: str
+    sha256: str
+    profile: str
+    backends: tuple[str, ...]
+    timeout_s: float
+    entries: list[Entry]
+    runners: dict[str, list[str]] = field(default_factory=dict)
+
+    def evidence(self) -> dict[str, str]:
+        return {"file": self.file, "sha256": self.sha256, "name": self.name}
+
+
+def default_matrix_text() -> str:
+    return resources.files("suite.data").joinpath("default-matrix.yaml").read_text("utf-8")
+
+
+def _size(doc: dict[str, Any], file: str) -> str:
+    """The problem size: `size:`; `profile:` is its old spelling, which still works."""
+    size, old = doc.get("size"), doc.get("profile")
+    if old is not None:
+        if size is not None and size != old:
+            raise InputError(
+                f"size is {size!r} but the deprecated profile says {old!r}; keep size only",
+                file=file,
+                path="$.profile",
+            )
+        warn(f"{file}::$.profile is deprecated for the problem size: write `size: {old}`")
+    return str(size or old or "smoke")
+
+
+def _from_doc(doc: Any, file: str, sha256: str) -> Matrix:
+    validate(doc, "torch-matrix/matrix", file=file)
+    entries = [
+        Entry(
+            ref=w["workload"],
+            lane=w.get("lane", "production"),
+            grid={k: list(v) for k, v in w.get("grid", {}).items()},
+            backends=tuple(w["backends"]) if "backends" in w else None,
+            timeout_s=float(w["timeout"]) if "timeout" in w else None,
+            index=i,
+        )
+        for i, w in enumerate(doc["workloads"])
+    ]
+    return Matrix(
+        name=doc.get("name", Path(file).stem if file != DEFAULT_MATRIX_NAME else "default"),
+        file=file,
+        sha256=sha256,
+        profile=_size(doc, file),
+        backends=tuple(doc.get("backends", ALL_BACKENDS)),
+        timeout_s=float(doc.get("timeout", DEFAULT_TIMEOUT_S)),
+        entries=entries,
+        runners={k: list(v) for k, v in doc.get("runners", {}).items()},
+    )
+
+
+def load_matrix(path: Path | None) -> Matrix:
+    if path is None:
+        text = default_matrix_text()
+        return _from_doc(
+            yaml.safe_load(text), DEFAULT_MATRIX_NAME, hashlib.sha256(text.encode()).hexdigest()
+        )
+    doc = load_document(path)
+    return _from_doc(doc, str(path), hashlib.sha256(path.read_bytes()).hexdigest())
+
+
+def select(
+    matrix: Matrix, workloads: Sequence[str], backends: Sequence[str], profile: str | None
+) -> Matrix:
+    """Apply --workload, --backend and --profile from the command line."""
+    entries = matrix.entries
+    if workloads:
+        wanted = set(workloads)
+        entries = [e for e in entries if e.ref in wanted]
+        present = {e.ref for e in entries}
+        entries += [
+            Entry(w, "production", {}, None, None, None) for w in workloads if w not in present
+        ]
+    for b in backends:
+        if b not in ALL_BACKENDS:
+            raise InputError(
+                f"unknown backend {b!r}; expected one of {', '.join(ALL_BACKENDS)}",
+                option="--backend",
+            )
+    return Matrix(
+        name=matrix.name,
+        file=matrix.file,
+        sha256=matrix.sha256,
+        profile=profile or matrix.profile,
+        backends=tuple(backends) if backends else matrix.backends,
+        timeout_s=matrix.timeout_s,
+        entries=entries,
+        runners=matrix.runners,
+    )
+
+
+def _entry_path(matrix: Matrix, entry: Entry, *rest: str) -> str:
+    if entry.index is None:
+        return "--workload"
+    return f"$.workloads[{entry.index}]" + "".join(f".{r}" for r in rest)
+
+
+def _grid(matrix: Matrix, entry: Entry, resolved: Resolved) -> list[dict[str, ParamValue]]:
+    declared = {p.name: p for p in resolved.workload.params}
+    for name, values in entry.grid.items():
+        if name not in declared:
+            raise InputError(
+                f"workload {resolved.workload.name!r} has no parameter {name!r} "
+                f"(it has: {', '.join(declared) or 'none'})",
+                file=matrix.file,
+                path=_entry_path(matrix, entry, "grid", name),
+            )
+        allowed = declared[name].values
+        for i, value in enumerate(values):
+            if allowed and value not in allowed:
+                raise InputError(
+                    f"{value!r} is not a value of {name!r}; "
+                    f"allowed: {', '.join(map(str, allowed))}",
+                    file=matrix.file,
+                    path=_entry_path(matrix, entry, "grid", name) + f"[{i}]",
+                )
+    axes = [entry.grid.get(p.name, list(p.default)) for p in resolved.workload.params]
+    names = [p.name for p in resolved.workload.params]
+    return [dict(zip(names, combo, strict=False)) for combo in itertools.product(*axes)]
+
+
+def expand(matrix: Matrix) -> tuple[list[CellSpec], dict[str, Resolved]]:
+    """Every cell of the matrix, in file order, without duplicates."""
+    cells: list[CellSpec] = []
+    seen: set[str] = set()
+    resolved_by_ref: dict[str, Resolved] = {}
+    for entry in matrix.entries:
+        try:
+            resolved = resolved_by_ref.get(entry.ref) or resolve(entry.ref)
+        except WorkloadError as exc:
+            raise InputError(
+                exc.detail, file=matrix.file, path=_entry_path(matrix, entry, "workload")
+            ) from None
+        resolved_by_ref[entry.ref] = resolved
+        workload = resolved.workload
+        backends = entry.backends or matrix.backends
+        if matrix.backends and entry.backends:
+            backends = tuple(b for b in entry.backends if b in matrix.backends)
+        for params in _grid(matrix, entry, resolved):
+            if workload.skip_reason(params) is not None:
+                continue
+            for backend in backends:
+                cell = CellSpec(
+                    workload=workload.name,
+                    ref=entry.ref,
+                    params=tuple(params.items()),
+                    backend=backend,
+                    profile=matrix.profile,
+                    lane=entry.lane,
+                    size_tag=workload.size_tag(params, matrix.profile),
+                    timeout_s=entry.timeout_s or matrix.timeout_s,
+                    ranks=workload.ranks(params, matrix.profile),
+                )
+                if cell.cell_id not in seen:
+                    seen.add(cell.cell_id)
+                    cells.append(cell)
+    return cells, resolved_by_ref
+
+
+def select_cells(
+    matrix_file: Path | None,
+    workloads: Sequence[str],
+    backends: Sequence[str],
+    cell_ids: Sequence[str],
+    size: str | None,
+) -> tuple[Matrix, list[CellSpec], dict[str, Resolved]]:
+    """The matrix file (or the built-in one) narrowed by --workload, --backend, --cell and
+    --size: what every command that runs or plans cells starts from."""
+    matrix = select(load_matrix(matrix_file), workloads, backends, size)
+    cells, resolved = expand(matrix)
+    if cell_ids:
+        known = {c.cell_id for c in cells}
+        missing = [c for c in cell_ids if c not in known]
+        if missing:
+            raise InputError(
+                f"no cell {missing[0]!r} in this matrix", file=matrix.file, option="--cell"
+            )
+        cells = [c for c in cells if c.cell_id in set(cell_ids)]
+    if not cells:
+        raise InputError(
+            "the matrix selects no cells (check --workload and --backend)", file=matrix.file
+        )
+    return matrix, cells, resolved

@@ -1,0 +1,161 @@
+"""Result and run records: building, atomic writing, and schema-checked reading."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import secrets
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from suite.core.errors import InputError
+from suite.core.spec import CellSpec
+from suite.core.validation import load_document, validate
+
+STDERR_TAIL_CHARS = 4000
+
+
+def utc_now() -> str:
+    return (
+        dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    )
+
+
+def new_run_id() -> str:
+    """Sortable by start time, unique by its random suffix."""
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return f"{stamp}-{secrets.token_hex(3)}"
+
+
+def atomic_write_json(path: Path, doc: Any) -> None:
+    """Write via a temporary file in the same folder and rename: readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(doc, fh, indent=2, sort_keys=False)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def cell_file(run_dir: Path, cell_id: str, round_no: int = 0) -> Path:
+    suffix = "" if round_no == 0 else f"~r{round_no}"
+    return run_dir / "cells" / f"{cell_id}{suffix}.json"
+
+
+def record_wall_s(record: dict[str, Any]) -> float:
+    """What one worker cost: the parent's wall time, process start and exit included, else
+    the worker's own. The time budget of an A/B is charged with this."""
+    harness = record.get("harness") or {}
+    return float(harness["parent_wall_s"] if "parent_wall_s" in harness else record["wall_s"])
+
+
+def tail(text: str, limit: int = STDERR_TAIL_CHARS) -> str:
+    return text if len(text) <= limit else "…" + text[-limit:]
+
+
+def base_result(spec: CellSpec, run_id: str, round_no: int, started_at: str) -> dict[str, Any]:
+    return {
+        "kind": "torch-matrix/result",
+        "schema_version": 1,
+        "run_id": run_id,
+        "cell_id": spec.cell_id,
+        "spec": spec.as_dict(),
+        "spec_hash": spec.spec_hash,
+        "round": round_no,
+        "status": "ok",
+        "failure": None,
+        "started_at": started_at,
+        "finished_at": started_at,
+        "wall_s": 0.0,
+        "torch": None,
+        "source": None,
+        "timing": None,
+        "noise": None,
+        "throughput": None,
+        "memory": None,
+        "correctness": None,
+        "metrics": {},
+        "fallback": None,
+        "harness": None,
+        "image": None,
+        "warnings": [],
+    }
+
+
+def failure_result(
+    spec: CellSpec,
+    run_id: str,
+    round_no: int,
+    *,
+    status: str,
+    mode: str,
+    message: str,
+    started_at: str,
+    wall_s: float,
+    exit_code: int | None = None,
+    signal: str | None = None,
+    stderr: str | None = None,
+    exception_type: str | None = None,
+) -> dict[str, Any]:
+    doc = base_result(spec, run_id, round_no, started_at)
+    doc.update(
+        status=status,
+        finished_at=utc_now(),
+        wall_s=wall_s,
+        failure={
+            "mode": mode,
+            "message": message,
+            "exception_type": exception_type,
+            "signal": signal,
+            "exit_code": exit_code,
+            "stderr_tail": tail(stderr) if stderr else None,
+        },
+    )
+    return doc
+
+
+def write_result(path: Path, doc: dict[str, Any]) -> None:
+    validate(doc, "torch-matrix/result", file=str(path))
+    atomic_write_json(path, doc)
+
+
+def read_result(path: Path) -> dict[str, Any]:
+    doc = load_document(path)
+    validate(doc, "torch-matrix/result", file=str(path))
+    assert isinstance(doc, dict)
+    return doc
+
+
+def write_run(path: Path, doc: dict[str, Any]) -> None:
+    validate(doc, "torch-matrix/run", file=str(path))
+    atomic_write_json(path, doc)
+
+
+def read_run(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise InputError(
+            "no run record here; is this a torch-matrix run directory?", file=str(path)
+        )
+    doc = load_document(path)
+    validate(doc, "torch-matrix/run", file=str(path))
+    assert isinstance(doc, dict)
+    return doc
+
+
+def read_run_dir(run_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The run record and every cell result it lists, all schema-checked."""
+    run = read_run(run_dir / "run.json")
+    results = []
+    for cell in run["cells"]:
+        if cell["status"] == "pending":
+            continue
+        results.append(read_result(run_dir / cell["file"]))
+    return run, results

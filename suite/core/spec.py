@@ -1,0 +1,92 @@
+"""The frozen cell spec that keys everything: workload case x backend x profile."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+# What a workload parameter may take: a plain JSON scalar.
+ParamValue = str | int | float | bool
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_=+-]+")
+
+
+def _token(value: ParamValue) -> str:
+    text = ("true" if value else "false") if isinstance(value, bool) else str(value)
+    return _UNSAFE.sub("-", text).strip("-") or "x"
+
+
+@dataclass(frozen=True)
+class CellSpec:
+    workload: str
+    ref: str
+    params: tuple[tuple[str, ParamValue], ...]
+    backend: str
+    profile: str
+    lane: str = "production"
+    size_tag: str | None = None
+    timeout_s: float = 600.0
+    ranks: int = 1  # processes the cell runs on; above 1 it is launched under torchrun
+
+    @property
+    def params_dict(self) -> dict[str, ParamValue]:
+        return dict(self.params)
+
+    @property
+    def cell_id(self) -> str:
+        parts = [_token(self.workload)] + [_token(v) for _, v in self.params]
+        if self.size_tag:
+            parts.append(_token(self.size_tag))
+        return ".".join(parts) + "@" + self.backend
+
+    @property
+    def case_id(self) -> str:
+        """The cell id without the backend: one row of a report."""
+        return self.cell_id.rsplit("@", 1)[0]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "workload": self.workload,
+            "ref": self.ref,
+            "params": self.params_dict,
+            "backend": self.backend,
+            "profile": self.profile,
+            "lane": self.lane,
+        }
+
+    @property
+    def spec_hash(self) -> str:
+        return spec_hash(self.as_dict())
+
+    def to_json(self) -> str:
+        data = self.as_dict()
+        data["params"] = [list(p) for p in self.params]
+        data["size_tag"] = self.size_tag
+        data["timeout_s"] = self.timeout_s
+        data["ranks"] = self.ranks
+        return json.dumps(data, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> CellSpec:
+        data = json.loads(text)
+        return cls(
+            workload=data["workload"],
+            ref=data["ref"],
+            params=tuple((str(k), v) for k, v in data["params"]),
+            backend=data["backend"],
+            profile=data["profile"],
+            lane=data["lane"],
+            size_tag=data.get("size_tag"),
+            timeout_s=float(data.get("timeout_s", 600.0)),
+            ranks=int(data.get("ranks", 1)),
+        )
+
+
+def spec_hash(spec: Mapping[str, Any]) -> str:
+    canonical = json.dumps(spec, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()

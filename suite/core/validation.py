@@ -1,0 +1,149 @@
+"""Schema loading and validation for every file the suite writes or reads.
+
+Schemas live in the top-level ``schemas/`` folder, which is installed as the
+``suite.schemas`` package, and are loaded through ``importlib.resources``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+from referencing import Registry, Resource
+
+from suite.core.errors import InputError, SchemaErrors, SchemaVersionError
+
+# kind -> (schema file, supported versions)
+KINDS: dict[str, tuple[str, tuple[int, ...]]] = {
+    "torch-matrix/matrix": ("matrix.schema.json", (1,)),
+    "torch-matrix/result": ("result.schema.json", (1,)),
+    "torch-matrix/run": ("run.schema.json", (1,)),
+    "torch-matrix/environment": ("environment.schema.json", (1,)),
+    "torch-matrix/policy": ("policy.schema.json", (1,)),
+    "torch-matrix/decision": ("decision.schema.json", (1,)),
+    "torch-matrix/calibration": ("calibration.schema.json", (1,)),
+}
+# Files whose format version sits in 'version' (hand-written files) rather than 'schema_version'.
+VERSION_KEYED = ("torch-matrix/matrix", "torch-matrix/policy")
+
+
+def _schema_text(name: str) -> str:
+    try:
+        return resources.files("suite.schemas").joinpath(name).read_text(encoding="utf-8")
+    except (ModuleNotFoundError, FileNotFoundError):
+        # A source checkout that was never installed: read the folder directly.
+        return (Path(__file__).resolve().parent.parent / "schemas" / name).read_text("utf-8")
+
+
+@functools.cache
+def schema(name: str) -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads(_schema_text(name))
+    return loaded
+
+
+@functools.cache
+def _registry() -> Registry:
+    registry: Registry = Registry()
+    for file_name, _ in KINDS.values():
+        contents = schema(file_name)
+        registry = registry.with_resource(contents["$id"], Resource.from_contents(contents))
+    return registry
+
+
+def json_path(parts: Any) -> str:
+    path = "$"
+    for part in parts:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return path
+
+
+def detect_kind(doc: Mapping[str, Any]) -> str | None:
+    kind = doc.get("kind")
+    if isinstance(kind, str):
+        return kind
+    if "profiles" in doc:
+        return "torch-matrix/policy"
+    if "workloads" in doc or "version" in doc:
+        return "torch-matrix/matrix"
+    return None
+
+
+def validate(doc: Any, kind: str, *, file: str) -> None:
+    """Raise SchemaErrors naming the file and the JSON path of every problem, the most
+    relevant first."""
+    if not isinstance(doc, dict):
+        raise InputError(f"expected an object, found {type(doc).__name__}", file=file, path="$")
+    schema_file, versions = KINDS[kind]
+    version_key = "version" if kind in VERSION_KEYED else "schema_version"
+    found = doc.get(version_key)
+    if found is not None and found not in versions:
+        newest = max(versions)
+        fix = (
+            f"upgrade torch-matrix to read version {found}"
+            if isinstance(found, int) and found > newest
+            else f"re-create the file with this torch-matrix (writes version {newest})"
+        )
+        raise SchemaVersionError(
+            f"{kind} version {found!r} is not supported (this torch-matrix reads "
+            f"{', '.join(map(str, versions))}); {fix}",
+            file=file,
+            path=f"$.{version_key}",
+        )
+    validator = jsonschema.Draft202012Validator(schema(schema_file), registry=_registry())
+    errors = sorted(validator.iter_errors(doc), key=lambda e: (len(e.absolute_path), str(e.path)))
+    if errors:
+        best = jsonschema.exceptions.best_match(errors)
+        rest = [e for e in errors if e is not best]
+        problems = [(json_path(e.absolute_path), e.message) for e in [best, *rest]]
+        raise SchemaErrors(problems, file=file)
+
+
+def load_document(path: Path) -> Any:
+    """Read a JSON or YAML file, raising InputError (never a traceback) on bad syntax."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError("file not found", file=str(path)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read file: {exc}", file=str(path)) from None
+    if path.suffix in (".yaml", ".yml"):
+        try:
+            return yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            raise InputError(f"invalid YAML{where}", file=str(path)) from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(
+            f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}", file=str(path)
+        ) from None
+
+
+def validate_file(path: Path, kind: str | None = None) -> str:
+    """Validate one file; return its kind."""
+    doc = load_document(path)
+    if not isinstance(doc, dict):
+        raise InputError("expected an object at the top level", file=str(path), path="$")
+    found = kind or detect_kind(doc)
+    if found is None:
+        raise InputError(
+            "cannot tell what kind of file this is: no 'kind' field and not a matrix file",
+            file=str(path),
+            path="$.kind",
+        )
+    if found not in KINDS:
+        raise InputError(
+            f"unknown kind {found!r}; expected one of {', '.join(sorted(KINDS))}",
+            file=str(path),
+            path="$.kind",
+        )
+    validate(doc, found, file=str(path))
+    return found

@@ -1,0 +1,200 @@
+"""One cell in one worker: its command line (torchrun for several ranks), and the record written
+for it when the worker leaves none (timeout, out of memory, a signal, an exit code, a rank that
+died)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+from pathlib import Path
+from typing import Any
+
+from suite.core.errors import InputError
+from suite.core.results import (
+    cell_file,
+    failure_result,
+    read_result,
+    utc_now,
+    write_result,
+)
+from suite.core.spec import CellSpec
+from suite.execute.environment import RunOptions
+from suite.execute.launch import Launcher, Outcome, read_tail
+
+
+def _record_for_outcome(
+    spec: CellSpec,
+    run_id: str,
+    round_no: int,
+    options: RunOptions,
+    outcome: Outcome,
+    log: Path,
+    started_at: str,
+    memory_limit: int | None,
+    path_of_result: Path,
+) -> dict[str, Any]:
+    timeout = options.timeout_s or spec.timeout_s
+    if outcome.timed_out:
+        status, mode, message = (
+            "timeout",
+            "timeout",
+            f"no result within {timeout:g}s; worker killed",
+        )
+    elif (
+        outcome.signal_name == "SIGKILL"
+        and outcome.maxrss_bytes
+        and memory_limit
+        and outcome.maxrss_bytes >= 0.8 * memory_limit
+    ):
+        status, mode = "oom", "oom"
+        message = (
+            f"killed by SIGKILL at peak RSS {outcome.maxrss_bytes / 2**30:.2f} GiB "
+            "(the kernel's out-of-memory killer)"
+        )
+    elif outcome.signal_name:
+        status, mode, message = "crashed", "signal", f"worker killed by {outcome.signal_name}"
+    elif outcome.returncode != 0:
+        status, mode = "crashed", "exit-code"
+        message = f"worker exited with code {outcome.returncode} and wrote no result"
+    else:
+        status, mode, message = "crashed", "no-result", "worker exited 0 but wrote no valid result"
+    if spec.ranks > 1:
+        died = _torchrun_deaths(read_tail(log, 20000))
+        parts, raised, raised_mode = _rank_failures(path_of_result)
+        # A rank killed by a signal is the cause; the others' errors are its echo.
+        if raised in _PART_MODES and not outcome.timed_out and "(SIG" not in died:
+            status, mode, message = raised, raised_mode or _PART_MODES[raised], parts
+        else:
+            message = "; ".join(m for m in (message, died, parts) if m)
+    return failure_result(
+        spec,
+        run_id,
+        round_no,
+        status=status,
+        mode=mode,
+        message=message,
+        started_at=started_at,
+        wall_s=outcome.wall_s,
+        exit_code=outcome.returncode,
+        signal=outcome.signal_name,
+        stderr=read_tail(log),
+    )
+
+
+_TORCHRUN_FAILURE = re.compile(
+    r"rank\s*:\s*(\d+)[^\n]*\n\s*exitcode\s*:\s*(-?\d+)[^\n]*?(?:\((SIG[A-Z]+)\))?\s*$",
+    re.MULTILINE,
+)
+
+
+def _torchrun_deaths(log_text: str) -> str:
+    """Which ranks torchrun saw die, from its failure summary (rank : N / exitcode : -11)."""
+    deaths = [
+        f"rank {rank} died ({sig or f'exit code {code}'})"
+        for rank, code, sig in _TORCHRUN_FAILURE.findall(log_text)
+        if sig != "SIGTERM"  # ranks torchrun itself stopped after the first death
+    ]
+    return "; ".join(dict.fromkeys(deaths))
+
+
+# A rank that raised says why in its part file; its status becomes the cell's.
+_PART_MODES = {
+    "failed": "exception",
+    "unsupported": "unsupported",
+    "oom": "oom",
+    "skipped": "unavailable",
+}
+
+
+def _rank_failures(result: Path) -> tuple[str, str | None, str | None]:
+    """What the ranks of a distributed cell said before it ended (their part files), and the
+    status and failure mode the first rank that raised reported."""
+
+    said = []
+    status = mode = None
+    for part in sorted(result.parent.glob(f".{result.name}.rank*.json")):
+        try:
+            data = json.loads(part.read_text("utf-8"))
+        except (OSError, ValueError):
+            continue
+        finally:
+            part.unlink(missing_ok=True)
+        if data.get("status") != "ok":
+            said.append(f"rank {data.get('rank')} {data.get('status')}: {data.get('failure')}")
+            if status is None:
+                status, mode = data.get("status"), data.get("mode")
+    return "; ".join(said), status, mode
+
+
+TORCHRUN_ARGS_VAR = "TORCH_MATRIX_TORCHRUN_ARGS"
+
+
+def worker_argv(
+    interpreter: str, spec: CellSpec, result: Path, run_id: str, round_no: int
+) -> list[str]:
+    """The worker's command line; a cell of several ranks starts under torchrun."""
+    launch = [interpreter, "-m", "suite.worker"]
+    if spec.ranks > 1:
+        # Multi-node: rendezvous options (--nnodes, --rdzv-endpoint, ...) come from the
+        # environment; one node alone uses --standalone, which picks a free local port.
+        extra = shlex.split(os.environ.get(TORCHRUN_ARGS_VAR, "")) or ["--standalone"]
+        launch = [
+            interpreter, "-m", "torch.distributed.run", *extra,
+            "--nproc-per-node", str(spec.ranks), "--max-restarts", "0",
+            "-m", "suite.worker",
+        ]  # fmt: skip
+    return [
+        *launch, "cell",
+        "--spec", spec.to_json(),
+        "--result", str(result),
+        "--run-id", run_id,
+        "--round", str(round_no),
+        "--path", os.getcwd(),
+    ]  # fmt: skip
+
+
+def run_cell(
+    spec: CellSpec,
+    run_id: str,
+    run_dir: Path,
+    options: RunOptions,
+    env: dict[str, str],
+    round_no: int,
+    launcher: Launcher | None = None,
+) -> dict[str, Any]:
+    path = cell_file(run_dir, spec.cell_id, round_no)
+    path.unlink(missing_ok=True)
+    log = run_dir / "logs" / (path.stem + ".log")
+    timeout = options.timeout_s or spec.timeout_s
+    # Address-space limits break GPU drivers' large reservations; they guard CPU cells only.
+    memory_limit = options.memory_limit_bytes if spec.backend == "cpu" else None
+    argv = worker_argv(options.interpreter, spec, path, run_id, round_no)
+    started_at = utc_now()
+    # A fresh inductor cache per cell: compile time is measured cold, and no cell warms another.
+    cache = run_dir / ".inductor-cache" / path.stem
+    shutil.rmtree(cache, ignore_errors=True)
+    env = {**env, "TORCHINDUCTOR_CACHE_DIR": str(cache)}
+    try:
+        outcome = (launcher or options.launcher)(
+            argv, log_path=log, timeout_s=timeout, env=env, memory_limit_bytes=memory_limit
+        )
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+    if outcome.returncode == 0 and not outcome.timed_out and path.is_file():
+        try:
+            doc = read_result(path)
+        except InputError:
+            doc = {"run_id": None}
+        if doc["run_id"] == run_id:
+            if doc.get("harness") is not None:
+                doc["harness"]["parent_wall_s"] = outcome.wall_s
+                write_result(path, doc)
+            return doc
+    doc = _record_for_outcome(
+        spec, run_id, round_no, options, outcome, log, started_at, memory_limit, path
+    )
+    write_result(path, doc)
+    return doc

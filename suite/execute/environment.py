@@ -1,0 +1,137 @@
+"""How a run's workers are started: the options a run takes, the environment every worker gets
+(this very suite on its import path), the probe of that environment, and the suite's own commit."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from suite.core.errors import EnvironmentProblem
+from suite.core.progress import Progress
+from suite.core.validation import validate
+from suite.execute.launch import Launcher, Outcome, read_tail, run_process
+
+PROBE_TIMEOUT_S = 300.0
+
+
+# Workers time what users' code would see: the allocator and threads keep torch's defaults
+# (the peak-memory pass sets what it needs, after the timed samples).
+WORKER_ENV = {"PYTHONUNBUFFERED": "1"}
+
+
+@dataclass
+class RunOptions:
+    out: Path
+    interpreter: str = sys.executable
+    resume: bool = False
+    timeout_s: float | None = None
+    memory_limit_bytes: int | None = None
+    rounds: tuple[int, ...] = (0,)
+    command: list[str] = field(default_factory=lambda: list(sys.argv))
+    extra_env: dict[str, str] = field(default_factory=dict)
+    progress: Progress | None = None
+    run_id: str | None = None
+    # Starts a worker: the local process launcher, or one that runs it inside a container.
+    launcher: Launcher = run_process
+
+
+def suite_commit() -> tuple[str | None, bool | None]:
+    here = Path(__file__).resolve().parent.parent
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(here), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+        if commit.returncode != 0:
+            return None, None
+        dirty = subprocess.run(
+            ["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+        return commit.stdout.strip(), bool(dirty.stdout.strip())
+    except (OSError, subprocess.TimeoutExpired):
+        return None, None
+
+
+def worker_env(options: RunOptions) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(WORKER_ENV)
+    env.update(options.extra_env)
+    src = str(suite_import_root())
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def suite_import_root() -> Path:
+    """A folder holding only this suite, for the worker's PYTHONPATH.
+
+    The worker must import this very suite even from an interpreter (a venv for the other torch
+    pin) that lacks it. Putting the suite's parent folder on the path would also expose that
+    folder's other packages, the parent interpreter's torch among them when it is site-packages.
+    """
+    package = Path(__file__).resolve().parent
+    root = (
+        Path(tempfile.gettempdir()) / f"torch-matrix-src-{os.getuid()}-{_short_hash(str(package))}"
+    )
+    link = root / "suite"
+    if not link.is_symlink() or link.resolve() != package:
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = root / f".suite.{os.getpid()}"
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(package, target_is_directory=True)
+        os.replace(tmp, link)
+    return root
+
+
+def _short_hash(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def probe_environment(
+    options: RunOptions, log_dir: Path, launcher: Launcher | None = None
+) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="torch-matrix-probe-") as tmp:
+        out = Path(tmp) / "env.json"
+        outcome = (launcher or options.launcher)(
+            [options.interpreter, "-m", "suite.worker", "probe", "--out", str(out)],
+            log_path=log_dir / "probe.log",
+            timeout_s=PROBE_TIMEOUT_S,
+            env=worker_env(options),
+        )
+        if outcome.returncode != 0 or not out.is_file():
+            raise EnvironmentProblem(
+                f"probing {options.interpreter} failed ({_describe(outcome)}); is torch installed "
+                f"there? Log: {log_dir / 'probe.log'}\n{read_tail(log_dir / 'probe.log', 1500)}"
+            )
+        env: dict[str, Any] = json.loads(out.read_text("utf-8"))
+    validate(env, "torch-matrix/environment", file=str(log_dir / "probe.log"))
+    return env
+
+
+def _describe(outcome: Outcome) -> str:
+    if outcome.timed_out:
+        return f"timed out after {outcome.wall_s:.0f}s"
+    if outcome.signal_name:
+        return f"killed by {outcome.signal_name}"
+    return f"exit code {outcome.returncode}"
+
+
+def default_memory_limit() -> int | None:
+    from suite.worker.envinfo import memory_total_bytes
+
+    total = memory_total_bytes()
+    return int(total * 0.9) if total else None

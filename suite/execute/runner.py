@@ -1,0 +1,306 @@
+"""The parent side of a run: plan, probe the environment, run each cell in a fresh worker,
+and keep run.json current so that a killed run can be resumed without losing or repeating cells."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from suite import __version__
+from suite.core.errors import EnvironmentProblem, InputError
+from suite.core.matrix import Matrix, expand
+from suite.core.progress import Progress
+from suite.core.records import FAILED_STATUSES
+from suite.core.results import (
+    cell_file,
+    failure_result,
+    new_run_id,
+    read_result,
+    read_run,
+    record_wall_s,
+    utc_now,
+    write_result,
+    write_run,
+)
+from suite.core.spec import CellSpec
+from suite.execute.cell import run_cell, worker_argv
+from suite.execute.environment import RunOptions, probe_environment, suite_commit, worker_env
+from suite.execute.forkclient import ForkServer, fork_launcher_enabled
+from suite.execute.launch import Launcher, run_process
+from suite.workloads import Resolved
+
+
+@dataclass
+class RunSummary:
+    run_id: str
+    run_dir: Path
+    statuses: dict[str, str]
+
+    @property
+    def failed(self) -> list[str]:
+        return [c for c, s in self.statuses.items() if s in FAILED_STATUSES]
+
+
+def _reusable(path: Path, spec: CellSpec, torch_version: str) -> dict[str, Any] | None:
+    """An existing record that --resume may keep: valid, same spec, same torch."""
+    if not path.is_file():
+        return None
+    try:
+        doc = read_result(path)
+    except InputError:
+        return None
+    if doc["spec_hash"] != spec.spec_hash:
+        return None
+    if doc["torch"] is not None and doc["torch"].get("version") != torch_version:
+        return None
+    return doc
+
+
+class Run:
+    """One run directory: its run.json kept current after every cell."""
+
+    def __init__(
+        self,
+        matrix: Matrix,
+        options: RunOptions,
+        cells: Sequence[CellSpec],
+        resolved: dict[str, Resolved],
+        environment: dict[str, Any] | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        self.options = options
+        self.dir = options.out
+        self.path = self.dir / "run.json"
+        existing: dict[str, Any] | None = None
+        if self.path.exists():
+            if not options.resume:
+                raise InputError(
+                    "already holds a run; pass --resume to finish it, or choose another --out",
+                    file=str(self.path),
+                )
+            existing = read_run(self.path)
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise EnvironmentProblem(f"cannot create output directory {self.dir}: {exc}") from exc
+        for stale in self.dir.glob("cells/.*.tmp"):
+            stale.unlink(missing_ok=True)
+        self.worker_env = worker_env(options)
+        self.launcher: Launcher = options.launcher
+        self._server: ForkServer | None = None
+        if options.launcher is run_process and fork_launcher_enabled():
+            # A worker forked from a pre-imported server costs a fork, not an interpreter
+            # start and `import torch`: rounds become cheap, and each is still its own process.
+            self._server = ForkServer(
+                options.interpreter, self.worker_env, self.dir / "logs" / "forkserver.log"
+            )
+            self.launcher = self._server
+        self.environment = environment or probe_environment(
+            options, self.dir / "logs", self.launcher
+        )
+        self.torch_version = self.environment["torch"]["version"]
+        self.run_id = existing["run_id"] if existing else (options.run_id or new_run_id())
+        commit, dirty = suite_commit()
+        resumed = [*existing.get("resumed_at", []), utc_now()] if existing else []
+        self.doc: dict[str, Any] = {
+            "kind": "torch-matrix/run",
+            "schema_version": 1,
+            "run_id": self.run_id,
+            "status": "running",
+            "started_at": existing["started_at"] if existing else utc_now(),
+            "finished_at": None,
+            "resumed_at": resumed,
+            "command": options.command or ["torch-matrix"],
+            "cwd": os.getcwd(),
+            "suite": {"version": __version__, "commit": commit, "dirty": dirty},
+            "matrix": matrix.evidence(),
+            "profile": matrix.profile,
+            "options": {
+                "timeout_s": options.timeout_s,
+                "memory_limit_bytes": options.memory_limit_bytes,
+                "rounds": len(options.rounds),
+            },
+            "interpreter": options.interpreter,
+            "environment": self.environment,
+            "workloads": {
+                ref: {"ref": ref, "module": r.module, "file": r.file, "sha256": r.sha256}
+                for ref, r in resolved.items()
+            },
+            "cells": [
+                {
+                    "cell_id": c.cell_id,
+                    "status": "pending",
+                    "file": str(cell_file(self.dir, c.cell_id, r).relative_to(self.dir)),
+                    "wall_s": None,
+                    "round": r,
+                }
+                for r in options.rounds
+                for c in cells
+            ],
+        }
+        self.doc.update(extra or {})
+        self._index = {(c["cell_id"], c["round"]): c for c in self.doc["cells"]}
+        self._records: dict[tuple[str, int], dict[str, Any]] = {}
+        write_run(self.path, self.doc)
+
+    def reusable(self, spec: CellSpec, round_no: int) -> dict[str, Any] | None:
+        """The valid record --resume would keep for this round, if any."""
+        if not self.options.resume:
+            return None
+        return _reusable(cell_file(self.dir, spec.cell_id, round_no), spec, self.torch_version)
+
+    def discard(self, spec: CellSpec, round_no: int) -> None:
+        """Forget a round of a cell (its record file too), so that it runs again."""
+        cell_file(self.dir, spec.cell_id, round_no).unlink(missing_ok=True)
+        self._records.pop((spec.cell_id, round_no), None)
+
+    def records(self, spec: CellSpec) -> list[dict[str, Any]]:
+        """This run's records of the cell so far, in round order."""
+        return [d for (cid, _), d in sorted(self._records.items()) if cid == spec.cell_id]
+
+    def spent_s(self) -> float:
+        """Worker wall time of the rounds so far, as the records state it."""
+        return math.fsum(record_wall_s(d) for d in self._records.values())
+
+    def _entry(self, spec: CellSpec, round_no: int) -> dict[str, Any]:
+        key = (spec.cell_id, round_no)
+        if key not in self._index:  # rounds added look by look
+            entry = {
+                "cell_id": spec.cell_id,
+                "status": "pending",
+                "file": str(cell_file(self.dir, spec.cell_id, round_no).relative_to(self.dir)),
+                "wall_s": None,
+                "round": round_no,
+            }
+            self.doc["cells"].append(entry)
+            self._index[key] = entry
+        entry_found: dict[str, Any] = self._index[key]
+        return entry_found
+
+    def _check_source(self, spec: CellSpec, doc: dict[str, Any], path: Path) -> dict[str, Any]:
+        """A cell whose workload file is not the one this run recorded (edited mid-run, or not
+        the file the container saw) ran other code: its record is a failure, not evidence.
+
+        Files at other paths are not compared: a built-in runs from the image's own copy."""
+        recorded = self.doc["workloads"].get(spec.ref) or {}
+        ran = doc.get("source") or {}
+        if not recorded.get("sha256") or ran.get("file") != recorded.get("file"):
+            return doc
+        if ran.get("sha256") == recorded["sha256"]:
+            return doc
+        failed = failure_result(
+            spec,
+            self.run_id,
+            doc["round"],
+            status="failed",
+            mode="source-changed",
+            message=(
+                f"the workload file {ran['file']} ran with sha256 {str(ran.get('sha256'))[:12]}, "
+                f"but this run recorded {recorded['sha256'][:12]} when it started; "
+                "rerun with the file unchanged"
+            ),
+            started_at=doc["started_at"],
+            wall_s=doc["wall_s"],
+        )
+        write_result(path, failed)
+        return failed
+
+    def execute(self, spec: CellSpec, round_no: int) -> tuple[dict[str, Any], bool]:
+        """Run one cell (or keep its valid record when resuming); returns (record, reused)."""
+        path = cell_file(self.dir, spec.cell_id, round_no)
+        doc = self.reusable(spec, round_no)
+        reused = doc is not None
+        if doc is None:
+            availability = self.environment["backends"].get(spec.backend, {})
+            if not availability.get("available", False):
+                reason = availability.get("reason") or "backend not available"
+                doc = failure_result(
+                    spec,
+                    self.run_id,
+                    round_no,
+                    status="skipped",
+                    mode="unavailable",
+                    message=reason,
+                    started_at=utc_now(),
+                    wall_s=0.0,
+                )
+                write_result(path, doc)
+            else:
+                if self.options.progress is not None:
+                    self.options.progress.starting(spec.cell_id)
+                doc = run_cell(
+                    spec,
+                    self.run_id,
+                    self.dir,
+                    self.options,
+                    self.worker_env,
+                    round_no,
+                    self.launcher,
+                )
+                doc = self._check_source(spec, doc, path)
+        # The parent's view of the cell's wall time: process start and teardown included.
+        harness = doc.get("harness") or {}
+        self._entry(spec, round_no).update(
+            status=doc["status"], wall_s=harness.get("parent_wall_s", doc["wall_s"])
+        )
+        self._records[(spec.cell_id, round_no)] = doc
+        write_run(self.path, self.doc)
+        return doc, reused
+
+    def trace(self, spec: CellSpec, trace_dir: Path) -> Path | None:
+        """Profile one more steady-state step of this cell; return its Chrome trace."""
+        trace_dir.mkdir(parents=True, exist_ok=True)
+        stem = f"{spec.cell_id}.{self.doc.get('side', 'run')}"
+        trace = trace_dir / f"{stem}.trace.json"
+        result = trace_dir / f"{stem}.result.json"
+        argv = worker_argv(self.options.interpreter, spec, result, self.run_id, 0)
+        argv += ["--trace", str(trace)]
+        self.launcher(
+            argv,
+            log_path=trace_dir / f"{stem}.log",
+            timeout_s=self.options.timeout_s or spec.timeout_s,
+            env=self.worker_env,
+        )
+        return trace if trace.is_file() else None
+
+    def finish(self, status: str = "complete") -> None:
+        self.doc.update(status=status, finished_at=utc_now())
+        write_run(self.path, self.doc)
+
+    def close(self) -> None:
+        """Stop this run's fork server; a later call starts a new one."""
+        if self._server is not None:
+            self._server.close()
+
+
+def run_matrix(
+    matrix: Matrix,
+    options: RunOptions,
+    *,
+    cells: Sequence[CellSpec] | None = None,
+    resolved: dict[str, Resolved] | None = None,
+    environment: dict[str, Any] | None = None,
+) -> RunSummary:
+    if cells is None or resolved is None:
+        cells, resolved = expand(matrix)
+    run = Run(matrix, options, cells, resolved, environment)
+    progress = options.progress or Progress(len(cells) * len(options.rounds), stream=None)
+    statuses: dict[str, str] = {}
+    try:
+        for round_no in options.rounds:
+            for spec in cells:
+                doc, reused = run.execute(spec, round_no)
+                statuses[spec.cell_id] = doc["status"]
+                progress.finished(spec.cell_id, doc, reused=reused)
+    except BaseException:
+        run.finish("interrupted")
+        raise
+    finally:
+        run.close()
+    run.finish()
+    progress.done()
+    return RunSummary(run.run_id, run.dir, statuses)

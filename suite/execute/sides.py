@@ -1,0 +1,122 @@
+"""Sides of an A/B comparison: a pip requirement for torch (a cached virtual environment is
+made for it), or a path to an interpreter that already has torch."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from suite.core.errors import EnvironmentProblem, InputError
+from suite.execute.side_record import Side
+
+__all__ = ["Side", "parse", "prepare"]
+
+CACHE_VAR = "TORCH_MATRIX_CACHE"
+_REQUIREMENT = re.compile(r"^torch\s*(\[[^\]]*\])?\s*(==|~=|>=|<=|>|<|!=|===|@)")
+# Runtime needs of the worker besides torch; the suite itself travels on PYTHONPATH.
+WORKER_REQUIREMENTS = ("jsonschema>=4.18", "PyYAML>=6.0", "numpy")
+INSTALL_TIMEOUT_S = 3600.0
+
+
+def cache_root() -> Path:
+    base = os.environ.get(CACHE_VAR) or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "torch-matrix"
+    )
+    return Path(base)
+
+
+def parse(spec: str, role: str) -> str:
+    """Classify a side spec; raise InputError naming the option when it is neither form."""
+    if spec == "current":
+        return "current"
+    if spec.startswith("docker:"):
+        return "docker"
+    if _REQUIREMENT.match(spec) or spec.startswith(("torch==", "torch @")):
+        return "requirement"
+    if os.sep in spec or spec.startswith("python"):
+        return "python"
+    raise InputError(
+        f"{spec!r} is neither a torch requirement (torch==2.14.1) nor a path to a Python "
+        "interpreter",
+        option=f"--{role}",
+    )
+
+
+def _venv_python(venv: Path) -> Path:
+    return venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+
+
+def venv_for(
+    requirement: str, *, log: Path | None = None, python: str = sys.executable
+) -> tuple[Path, float]:
+    """A cached venv with this torch requirement; built once, reused after (returns build time)."""
+    key_src = json.dumps(
+        [requirement, sys.version_info[:2], os.path.realpath(python), WORKER_REQUIREMENTS]
+    )
+    key = hashlib.sha256(key_src.encode()).hexdigest()[:16]
+    venv = cache_root() / "venvs" / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', requirement)}-{key}"
+    ready = venv / ".torch-matrix-ready"
+    if ready.is_file():
+        return _venv_python(venv), 0.0
+    start = time.perf_counter()
+    if venv.exists():
+        shutil.rmtree(venv)  # an earlier build that did not finish
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    steps = [
+        [python, "-m", "venv", str(venv)],
+        [
+            str(_venv_python(venv)),
+            "-m",
+            "pip",
+            "install",
+            "--disable-pip-version-check",
+            "-q",
+            requirement,
+            *WORKER_REQUIREMENTS,
+        ],
+    ]
+    for argv in steps:
+        try:
+            proc = subprocess.run(
+                argv, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, check=False
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise EnvironmentProblem(
+                f"{' '.join(argv)} timed out after {INSTALL_TIMEOUT_S:.0f}s"
+            ) from exc
+        if log is not None:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            with open(log, "a", encoding="utf-8") as fh:
+                fh.write(f"$ {' '.join(argv)}\n{proc.stdout}{proc.stderr}\n")
+        if proc.returncode != 0:
+            shutil.rmtree(venv, ignore_errors=True)
+            raise EnvironmentProblem(
+                f"could not prepare an environment for {requirement!r}: {' '.join(argv[:4])} … "
+                f"exited {proc.returncode}:\n{proc.stderr.strip()[-1500:]}"
+            )
+    ready.write_text(requirement + "\n", encoding="utf-8")
+    return _venv_python(venv), time.perf_counter() - start
+
+
+def prepare(spec: str, role: str, *, log: Path | None = None) -> Side:
+    kind = parse(spec, role)
+    if kind == "current":
+        return Side(spec, "current", sys.executable, 0.0, kind)
+    if kind == "python":
+        path = shutil.which(spec) or spec
+        if not Path(path).is_file():
+            raise InputError(f"interpreter {spec!r} does not exist", option=f"--{role}")
+        return Side(spec, Path(path).parent.parent.name or spec, path, 0.0, kind)
+    if kind == "docker":
+        from suite.execute.docker import prepare_docker
+
+        return prepare_docker(spec, role)
+    interpreter, took = venv_for(spec, log=log)
+    return Side(spec, spec, str(interpreter), took, kind)

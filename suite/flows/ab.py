@@ -1,0 +1,319 @@
+"""A/B: the same cells on a baseline and a candidate side, in interleaved paired rounds.
+
+Within a round every cell runs on both sides back to back, and the order of the sides flips
+each round, so that drift of the machine (thermal, background load) hits both sides alike.
+Rounds come look by look (suite.judge.sequential): at each look, cells whose timing gates all
+decided stop, the rest get more rounds, until the last look or the time budget. A killed A/B
+resumes from its records: whole rounds are kept, a half-finished one is redone on both sides.
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from suite.core.errors import InputError
+from suite.core.matrix import Matrix
+from suite.core.progress import Progress
+from suite.core.records import Cell
+from suite.core.results import read_run, record_wall_s
+from suite.core.spec import CellSpec
+from suite.execute.environment import RunOptions
+from suite.execute.runner import Run
+from suite.execute.sides import Side
+from suite.flows.compare import Side as Loaded
+from suite.flows.compare import decide, differences
+from suite.flows.rollback import run_checks
+from suite.judge.gates import side_status, timing_verdict
+from suite.judge.policy import Policy
+from suite.judge.rollback import judge_rollback
+from suite.judge.sequential import TIMING_GATES, Design
+from suite.workloads import Resolved
+
+# Gates whose failure earns a cell a profiler trace of one more step per side.
+TRACED_GATES = (*TIMING_GATES, "peak_memory", "memory_budget")
+
+
+@dataclass(frozen=True)
+class AbOptions:
+    out: Path
+    rounds: int | None  # None: the policy's looks; N: a fixed design with one look at N
+    timeout_s: float | None
+    memory_limit_bytes: int | None
+    progress: Progress | None
+    traces: bool = True
+    rollback: bool = True
+    resume: bool = False
+
+
+def side_command(matrix: Matrix, side: Side, resolved: dict[str, Resolved]) -> list[str]:
+    """The plain run command equivalent to one side, for evidence and reproduction."""
+    argv = ["torch-matrix", "run", "--python", side.interpreter, "--size", matrix.profile]
+    if not matrix.file.startswith("<"):
+        argv += ["--matrix", matrix.file]
+    for ref in resolved:
+        argv += ["--workload", ref]
+    return argv
+
+
+def design_for(policy: Policy, rounds: int | None) -> Design:
+    return policy.design if rounds is None else policy.design.fixed(rounds)
+
+
+def _identity(
+    matrix: Matrix, cells: Sequence[CellSpec], policy: Policy, design: Design
+) -> dict[str, Any]:
+    """What a resumed A/B must share with the one it continues."""
+    return {
+        "matrix_sha256": matrix.sha256,
+        "profile": matrix.profile,
+        "policy_sha256": policy.sha256,
+        "policy_profile": policy.profile,
+        "looks": list(design.looks),
+        "cells": [c.spec_hash for c in cells],
+    }
+
+
+def check_resumable(out: Path, identity: dict[str, Any]) -> None:
+    """Refuse to resume an A/B under another matrix, policy, design or cell list."""
+    for role in ("baseline", "candidate"):
+        path = out / role / "run.json"
+        if not path.is_file():
+            continue
+        recorded = (read_run(path).get("ab") or {}).get("identity")
+        if recorded is None:
+            raise InputError("was not written by torch-matrix ab; cannot resume it", file=str(path))
+        for key, value in identity.items():
+            if recorded.get(key) != value:
+                raise InputError(
+                    f"the A/B being resumed used another {key.replace('_', ' ')}; resume it with "
+                    "the same matrix, cells, policy and --rounds, or start a new --out",
+                    file=str(path),
+                    path=f"$.ab.identity.{key}",
+                )
+
+
+def recorded_sides(out: Path, baseline: str, candidate: str | None) -> tuple[str, str]:
+    """The sides an A/B in `out` ran with; a side given again must be the same one."""
+    specs: dict[str, str] = {}
+    for role, given in (("baseline", baseline), ("candidate", candidate)):
+        path = out / role / "run.json"
+        if not path.is_file():
+            raise InputError("no A/B to resume here (no run.json)", file=str(path))
+        spec = (read_run(path).get("ab") or {}).get("spec")
+        if spec is None:
+            raise InputError("was not written by torch-matrix ab; cannot resume it", file=str(path))
+        if given is not None and given != spec and not (role == "baseline" and given == "current"):
+            raise InputError(
+                f"the A/B being resumed ran --{role} {spec}, not {given}", option=f"--{role}"
+            )
+        specs[role] = str(spec)
+    return specs["baseline"], specs["candidate"]
+
+
+def spent_s(runs: dict[str, Run]) -> float:
+    """Worker wall time the rounds have used so far, read from the records: a resumed A/B
+    charges its budget exactly as the uninterrupted one would."""
+    return sum(run.spent_s() for run in runs.values())
+
+
+class Rounds:
+    """Interleaved paired rounds of every cell that still needs them, look by look."""
+
+    def __init__(self, runs: dict[str, Run], policy: Policy, design: Design, comparable: bool,
+                 progress: Progress | None) -> None:  # fmt: skip
+        self.runs = runs
+        self.policy = policy
+        self.design = design
+        self.comparable = comparable
+        self.progress = progress
+        self.budget_exhausted = False
+        self.rounds_run: dict[str, int] = {}
+
+    def pair(self, spec: CellSpec, round_no: int) -> None:
+        """Both sides of one round of one cell; on resume a round is kept only when both
+        sides' records are whole, otherwise it is redone on both."""
+        order = ("baseline", "candidate") if round_no % 2 == 0 else ("candidate", "baseline")
+        kept = {role: self.runs[role].reusable(spec, round_no) for role in order}
+        if not all(kept.values()):
+            for role in order:
+                self.runs[role].discard(spec, round_no)
+        for role in order:
+            doc, reused = self.runs[role].execute(spec, round_no)
+            if self.progress is not None:
+                self.progress.finished(f"{spec.cell_id} [{role} r{round_no}]", doc, reused=reused)
+        self.rounds_run[spec.cell_id] = round_no + 1
+
+    def needs_more(self, spec: CellSpec) -> bool:
+        base = self.runs["baseline"].records(spec)
+        cand = self.runs["candidate"].records(spec)
+        if not self.comparable or any(side_status(x) != "ok" for x in (base, cand)):
+            return False  # no timing verdict can come from more rounds
+        for name in TIMING_GATES:
+            gate = self.policy.gates.get(name)
+            if gate is None or gate.threshold is None:
+                continue
+            verdict = timing_verdict(gate, base, cand, self.design)
+            if verdict is not None and verdict.outcome == "continue":
+                return True
+        return False
+
+    def round_cost_s(self, spec: CellSpec) -> float | None:
+        """Mean wall time of one round of this cell (both sides), from its records so far."""
+        walls = [record_wall_s(r) for role in self.runs for r in self.runs[role].records(spec)]
+        rounds = len(self.runs["baseline"].records(spec))
+        return sum(walls) / rounds if rounds else None
+
+    def affordable(self, active: list[CellSpec], rounds_to_look: int) -> list[CellSpec]:
+        """The cells whose rounds up to the next look still fit the budget, cheapest first:
+        an expensive cell (a compiled one) that cannot reach its look gives way to cheap
+        cells that can. The costs come from the records, so a resumed A/B chooses the same."""
+        if self.design.budget_s is None:
+            return active
+        left = self.design.budget_s - spent_s(self.runs)
+        costs = {spec.cell_id: self.round_cost_s(spec) for spec in active}
+        if left <= 0:
+            self.budget_exhausted = True
+            return []
+        if any(cost is None for cost in costs.values()):
+            return active  # the first round measures what a round costs
+        admitted: set[str] = set()
+        total = 0.0
+        for spec in sorted(active, key=lambda s: costs[s.cell_id] or 0.0):
+            need = (costs[spec.cell_id] or 0.0) * rounds_to_look
+            if total + need <= left:
+                admitted.add(spec.cell_id)
+                total += need
+        if len(admitted) < len(active):
+            self.budget_exhausted = True
+        return [spec for spec in active if spec.cell_id in admitted]
+
+    def run(self, cells: Sequence[CellSpec]) -> Design:
+        active = list(cells)
+        done = 0
+        for look in self.design.looks:
+            while done < look and active:
+                active = self.affordable(active, look - done)
+                if not active:
+                    break
+                if self.progress is not None:
+                    self.progress.total = max(
+                        self.progress.total, self.progress.done_count + 2 * len(active)
+                    )
+                for spec in active:
+                    self.pair(spec, done)
+                done += 1
+                # Decisions come only at looks, so between looks this drops only the cells
+                # that cannot give a timing verdict at all (failed, skipped, unsupported).
+                active = [spec for spec in active if self.needs_more(spec)]
+            if not active:
+                break
+        return replace(self.design, budget_exhausted=self.budget_exhausted)
+
+
+def run_ab(
+    matrix: Matrix,
+    cells: Sequence[CellSpec],
+    resolved: dict[str, Resolved],
+    baseline: Side,
+    candidate: Side,
+    policy: Policy,
+    options: AbOptions,
+) -> dict[str, Any]:
+    design = design_for(policy, options.rounds)
+    identity = _identity(matrix, cells, policy, design)
+    if options.resume:
+        check_resumable(options.out, identity)
+    runs: dict[str, Run] = {}
+    for role, side in (("baseline", baseline), ("candidate", candidate)):
+        run_options = RunOptions(
+            out=options.out / role,
+            interpreter=side.interpreter,
+            resume=options.resume,
+            timeout_s=options.timeout_s,
+            memory_limit_bytes=options.memory_limit_bytes,
+            rounds=(),
+            command=side_command(matrix, side, resolved),
+            progress=options.progress,
+            launcher=side.launcher,
+        )
+        extra = {
+            "label": side.label,
+            "side": role,
+            "prepared_s": side.prepared_s,
+            "policy": {"file": policy.file, "sha256": policy.sha256, "profile": policy.profile},
+            "ab": {"spec": side.spec, "identity": identity, "design": design.as_dict()},
+        }
+        runs[role] = Run(matrix, options=run_options, cells=cells, resolved=resolved, extra=extra)
+    comparable = not differences(runs["baseline"].environment, runs["candidate"].environment)
+    rounds = Rounds(runs, policy, design, comparable, options.progress)
+    try:
+        final = rounds.run(cells)
+    except BaseException:
+        for run in runs.values():
+            run.finish("interrupted")
+        raise
+    finally:
+        for run in runs.values():
+            run.close()
+    for run in runs.values():
+        run.doc["ab"]["design"] = final.as_dict()
+        run.finish()
+    checks: list[Cell] = []
+    rollback: dict[str, Any] | None = None
+    if options.rollback and "rollback" in policy.gates:
+        # Checks of a killed A/B are redone whole: their folders hold nothing worth keeping.
+        for stale in ("rollback", "rehearsal"):
+            shutil.rmtree(options.out / stale, ignore_errors=True)
+        sides = {
+            "baseline": (baseline, runs["baseline"]),
+            "candidate": (candidate, runs["candidate"]),
+        }
+        run_checks(matrix, cells, resolved, sides, options.out)
+        checks, rollback = judge_rollback(options.out, policy)
+    loaded_base = Loaded.load(options.out / "baseline", baseline.label)
+    loaded_cand = Loaded.load(options.out / "candidate", candidate.label)
+    decision = decide(loaded_base, loaded_cand, policy, extra_cells=checks, rollback=rollback)
+    if options.traces:
+        try:
+            artifacts = _trace_failures(decision, cells, runs, options.out)
+        finally:
+            for run in runs.values():
+                run.close()
+        if artifacts:
+            decision = decide(
+                loaded_base,
+                loaded_cand,
+                policy,
+                artifacts=artifacts,
+                extra_cells=checks,
+                rollback=rollback,
+            )
+    return decision
+
+
+def _trace_failures(
+    decision: dict[str, Any], cells: Sequence[CellSpec], runs: dict[str, Run], out: Path
+) -> dict[str, dict[str, str]]:
+    """Chrome traces of one more step per side for each cell failing a timing or memory gate."""
+    by_id = {c.cell_id: c for c in cells}
+    artifacts: dict[str, dict[str, str]] = {}
+    for cell in decision["cells"]:
+        if not any(g["gate"] in TRACED_GATES and g["verdict"] == "fail" for g in cell["gates"]):
+            continue
+        spec = by_id.get(cell["cell_id"])
+        if spec is None:
+            continue
+        for role, run in runs.items():
+            trace = run.trace(spec, out / "traces")
+            if trace is not None:
+                artifacts.setdefault(cell["cell_id"], {})[f"{role}_trace"] = str(trace)
+    return artifacts
+
+
+def describe(side: Side) -> str:
+    return f"{side.spec} ({shlex.quote(side.interpreter)})"

@@ -1,0 +1,88 @@
+"""One decision from the results of many CI jobs, judged by one policy.
+
+Each job ran `ab` for its share of the cells (baseline and candidate on the same runner). The
+aggregate judges every job's raw results again with the policy it is given — in CI the base
+branch's, so a pull request cannot loosen its own thresholds — and joins them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from suite.core.errors import InputError
+from suite.core.results import utc_now
+from suite.core.validation import validate
+from suite.flows.compare import Side, decide, not_comparable
+from suite.judge.policy import Policy
+from suite.judge.rollback import judge_rollback
+from suite.judge.rules import apply_rules, overall
+
+
+def job_dirs(roots: Sequence[Path]) -> list[Path]:
+    """Every folder below the roots that holds both baseline/run.json and candidate/run.json."""
+    found: list[Path] = []
+    for root in roots:
+        if not root.exists():
+            raise InputError("no such folder", file=str(root))
+        for run in sorted(root.rglob("baseline/run.json")):
+            job = run.parent.parent
+            if (job / "candidate" / "run.json").is_file() and job not in found:
+                found.append(job)
+    if not found:
+        raise InputError(
+            "holds no job results (baseline/run.json beside candidate/run.json)",
+            file=", ".join(map(str, roots)),
+        )
+    return found
+
+
+def aggregate(jobs: Sequence[Path], policy: Policy, *, notes: Sequence[str] = ()) -> dict[str, Any]:
+    decisions = []
+    rollbacks: dict[str, Any] = {}
+    for job in jobs:
+        checks, rollback = judge_rollback(job, policy)  # judged again, under this policy
+        name = job.name.removeprefix("torch-matrix-job-")
+        for cell in checks:  # one row per job: the runners differ
+            cell["cell_id"] = cell["cell_id"].replace("@any", f"@{name}")
+            cell["row_id"] = f"rollback@{name}"
+        if rollback is not None:
+            rollbacks[name] = rollback
+        base, cand = Side.load(job / "baseline"), Side.load(job / "candidate")
+        decisions.append(decide(base, cand, policy, extra_cells=checks))
+    cells = [cell for d in decisions for cell in d["cells"]]
+    rows = apply_rules(policy, cells)
+    decision, reasons = overall(rows, cells)
+    differences = [diff for d in decisions for diff in d["comparable"]["differences"]]
+    mismatches = sorted({m for d in decisions for m in d["policy"]["mismatches"]})
+    if differences:
+        reasons.append(not_comparable(differences))
+    reasons.extend(mismatches)
+    reasons.extend(notes)
+    first = decisions[0]
+    doc: dict[str, Any] = {
+        "kind": "torch-matrix/decision",
+        "schema_version": 1,
+        "decision": decision,
+        "reasons": reasons,
+        "generated_at": utc_now(),
+        "matrix": first["matrix"],
+        "policy": {**policy.evidence(), "mismatches": mismatches},
+        "baseline": {
+            **first["baseline"],
+            "run_id": ", ".join(d["baseline"]["run_id"] for d in decisions),
+        },
+        "candidate": {
+            **first["candidate"],
+            "run_id": ", ".join(d["candidate"]["run_id"] for d in decisions),
+        },
+        "comparable": {"ok": not differences, "differences": differences},
+        "rows": rows,
+        "cells": cells,
+    }
+    if rollbacks:
+        worst = max(rollbacks.values(), key=lambda r: r.get("duration_s", 0.0))
+        doc["rollback"] = {**worst, "jobs": rollbacks}
+    validate(doc, "torch-matrix/decision", file="<aggregate>")
+    return doc

@@ -1,0 +1,208 @@
+"""Compare two run directories under a policy and build the decision record."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+from suite.core.errors import InputError
+from suite.core.records import Cell
+from suite.core.results import read_run_dir, utc_now
+from suite.core.validation import validate
+from suite.judge.policy import Policy
+from suite.judge.registry import evaluate_cell
+from suite.judge.rules import apply_rules, overall
+from suite.judge.sequential import Design
+
+# Fields of the environment record that must match for timing and memory to be comparable.
+COMPARABLE_FIELDS = (
+    ("cpu", "model"),
+    ("cpu", "logical_cores"),
+    ("memory_total_bytes",),
+    ("backends", "cuda", "devices"),
+    ("backends", "cuda", "driver"),
+    ("backends", "rocm", "devices"),
+    ("backends", "mps", "available"),
+    ("os", "system"),
+    ("python",),
+)
+
+
+@dataclass
+class Side:
+    label: str
+    dir: Path
+    run: dict[str, Any]
+    results: dict[str, list[dict[str, Any]]]  # cell id -> records by round
+
+    @classmethod
+    def load(cls, run_dir: Path, label: str | None = None) -> Side:
+        run, records = read_run_dir(run_dir)
+        by_cell: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for record in sorted(records, key=lambda r: r["round"]):
+            record["_run_dir"] = str(run_dir)  # drift reads the saved tensors beside the record
+            by_cell[record["cell_id"]].append(record)
+        torch = run["environment"]["torch"]["version"]
+        return cls(label or run.get("label") or f"torch {torch}", run_dir, run, dict(by_cell))
+
+    def evidence(self) -> dict[str, Any]:
+        env = self.run["environment"]
+        return {
+            "label": self.label,
+            "run_id": self.run["run_id"],
+            "torch": env["torch"]["version"],
+            "git_version": env["torch"].get("git_version"),
+            "dir": str(self.dir),
+            "interpreter": self.run.get("interpreter"),
+            "image": env.get("image"),
+            "rounds": max((len(v) for v in self.results.values()), default=0),
+        }
+
+
+def _field(env: dict[str, Any], path: tuple[str, ...]) -> Any:
+    value: Any = env
+    for key in path:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
+
+
+def differences(base: dict[str, Any], cand: dict[str, Any]) -> list[dict[str, Any]]:
+    """What other than torch differs between the two environments."""
+    out = []
+    for path in COMPARABLE_FIELDS:
+        b, c = _field(base, path), _field(cand, path)
+        if b != c:
+            out.append({"field": ".".join(path), "baseline": b, "candidate": c})
+    b_img, c_img = base.get("image") or {}, cand.get("image") or {}
+    if b_img.get("base") != c_img.get("base"):
+        out.append(
+            {"field": "image.base", "baseline": b_img.get("base"), "candidate": c_img.get("base")}
+        )
+    return out
+
+
+def repro_command(side: Side, cell_id: str, record: dict[str, Any] | None) -> str:
+    """The `torch-matrix run` line that reruns just this cell with the side's interpreter."""
+    from suite.flows.repro import host_line  # repro imports this module
+
+    return host_line(side.dir, side.run, record, cell_id)
+
+
+def _check_same_matrix(base: Side, cand: Side) -> None:
+    if (
+        base.run["matrix"]["sha256"] != cand.run["matrix"]["sha256"]
+        or base.run["profile"] != cand.run["profile"]
+    ):
+        raise InputError(
+            "the runs come from different matrices or profiles "
+            f"({base.run['matrix']['name']} {base.run['profile']} vs "
+            f"{cand.run['matrix']['name']} {cand.run['profile']}); compare runs of the same matrix",
+            file=str(cand.dir / "run.json"),
+            path="$.matrix.sha256",
+        )
+
+
+def docker_repro_line(
+    run_dir: Path, run: dict[str, Any], record: dict[str, Any] | None, cell_id: str
+) -> str | None:
+    from suite.flows.repro import docker_repro_line as line  # repro imports this module
+
+    return line(run_dir, run, record, cell_id)
+
+
+def design_of(base: Side, cand: Side, policy: Policy) -> Design:
+    """The sequential design the rounds ran under: an A/B records it; runs made apart
+    (`run --rounds N` on each side) are judged as a fixed design with one look at their
+    common round count."""
+    recorded = (base.run.get("ab") or {}).get("design")
+    if recorded:
+        return Design.from_dict(recorded)
+    rounds = min((len(v) for side in (base, cand) for v in side.results.values()), default=1)
+    return policy.design.fixed(max(1, rounds))
+
+
+def not_comparable(diffs: Sequence[Mapping[str, Any]]) -> str:
+    """The reason two sides' environments make their timings incomparable."""
+    return "not comparable: " + ", ".join(dict.fromkeys(d["field"] for d in diffs)) + " differ"
+
+
+def decide(
+    base: Side,
+    cand: Side,
+    policy: Policy,
+    *,
+    artifacts: dict[str, dict[str, str]] | None = None,
+    extra_cells: Sequence[Cell] | None = None,
+    rollback: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    _check_same_matrix(base, cand)
+    diffs = differences(base.run["environment"], cand.run["environment"])
+    comparable = not diffs
+    mismatches = []
+    for side in (base, cand):
+        captured = (side.run.get("policy") or {}).get("sha256")
+        if captured and captured != policy.sha256:
+            mismatches.append(
+                f"{side.label} ({side.run['run_id']}) was captured under policy {captured[:12]}, "
+                f"judged under {policy.sha256[:12]}"
+            )
+    design = design_of(base, cand, policy)
+    cells = []
+    ids = list(dict.fromkeys([*base.results, *cand.results]))
+    for cell_id in ids:
+        b, c = base.results.get(cell_id, []), cand.results.get(cell_id, [])
+        spec = (c or b)[0]["spec"]
+        gates = evaluate_cell(policy, b, c, comparable, design)
+        failing = any(g["verdict"] in ("fail", "new-failure") for g in gates)
+        cells.append(
+            {
+                "cell_id": cell_id,
+                "row_id": f"{spec['workload']}@{spec['backend']}",
+                "workload": spec["workload"],
+                "backend": spec["backend"],
+                "lane": spec["lane"],
+                "baseline_status": b[0]["status"] if b else None,
+                "candidate_status": c[0]["status"] if c else None,
+                "gates": gates,
+                "repro": {
+                    "command": repro_command(cand, cell_id, c[0] if c else None),
+                    "docker": docker_repro_line(cand.dir, cand.run, c[0] if c else None, cell_id),
+                }
+                if failing
+                else None,
+                "artifacts": (artifacts or {}).get(cell_id, {}),
+            }
+        )
+    # Checks that are not cells of the matrix (the rollback gate) join as cells of their own.
+    cells.extend(
+        cast(dict[str, Any], c)
+        for c in extra_cells or []
+        if all(g["gate"] in policy.gates for g in c["gates"])
+    )
+    rows = apply_rules(policy, cells)
+    decision, reasons = overall(rows, cells)
+    if diffs:
+        reasons.append(not_comparable(diffs))
+    if mismatches:
+        reasons.extend(mismatches)
+    doc = {
+        "kind": "torch-matrix/decision",
+        "schema_version": 1,
+        "decision": decision,
+        "reasons": reasons,
+        "generated_at": utc_now(),
+        "matrix": base.run["matrix"],
+        "policy": {**policy.evidence(), "mismatches": mismatches},
+        "baseline": base.evidence(),
+        "candidate": cand.evidence(),
+        "comparable": {"ok": comparable, "differences": diffs},
+        "rows": rows,
+        "cells": cells,
+    }
+    if rollback is not None:
+        doc["rollback"] = rollback
+    validate(doc, "torch-matrix/decision", file="<decision>")
+    return doc

@@ -1,0 +1,133 @@
+"""CI planning: the cells of a matrix packed into GitHub Actions `strategy.matrix` jobs.
+
+A job is a list of whole cells on one backend: `ab` runs both sides of every cell it is given,
+interleaved, so a cell's baseline and candidate never land in different jobs.
+
+Jobs are balanced by an estimated cost, not by count alone. A cell costs 1; a compiled cell
+(a parameter valued `compiled`, or the `compile` and `export` workloads) costs
+COMPILED_COST, because compilation dominates a smoke-sized cell; a distributed cell costs its
+rank count times that, because it starts one process per rank.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from suite.core.errors import InputError
+from suite.core.matrix import Matrix
+from suite.core.spec import CellSpec
+
+GITHUB_MAX_JOBS = 256  # GitHub's limit on the jobs one matrix may generate
+COMPILED_COST = 4
+COMPILING_WORKLOADS = frozenset({"compile", "export"})
+DEFAULT_RUNNERS: dict[str, tuple[str, ...]] = {
+    "cpu": ("self-hosted", "linux", "x64"),
+    "cuda": ("self-hosted", "linux", "cuda"),
+    "rocm": ("self-hosted", "linux", "rocm"),
+    "mps": ("self-hosted", "macOS", "ARM64"),
+}
+
+
+def cell_cost(cell: CellSpec) -> int:
+    """Relative run time of a cell, for balancing jobs (see the module docstring)."""
+    compiled = cell.workload in COMPILING_WORKLOADS or "compiled" in (v for _, v in cell.params)
+    return (COMPILED_COST if compiled else 1) * max(1, cell.ranks)
+
+
+def runner_labels(matrix: Matrix, backend: str) -> list[str]:
+    """The `runs-on` labels of a backend's jobs: the matrix's `runners`, else the defaults."""
+    if backend in matrix.runners:
+        return list(matrix.runners[backend])
+    if backend in DEFAULT_RUNNERS:
+        return list(DEFAULT_RUNNERS[backend])
+    raise InputError(
+        f"no runner labels for backend {backend!r}; add them under runners: {{{backend}: [...]}}",
+        file=matrix.file,
+        path="$.runners",
+    )
+
+
+def _jobs_per_backend(
+    groups: dict[str, list[CellSpec]], max_jobs: int, cells_per_job: int | None
+) -> dict[str, int]:
+    if cells_per_job is not None:
+        jobs = {b: math.ceil(len(cells) / cells_per_job) for b, cells in groups.items()}
+        if sum(jobs.values()) > max_jobs:
+            raise InputError(
+                f"{sum(jobs.values())} jobs of at most {cells_per_job} cells exceed the limit "
+                f"of {max_jobs} jobs; raise --cells-per-job or select fewer cells",
+                option="--cells-per-job",
+            )
+        return jobs
+    jobs = {b: 1 for b in groups}
+    cost = {b: sum(map(cell_cost, cells)) for b, cells in groups.items()}
+    # Each spare job goes to the backend with the most cost per job (D'Hondt), so that the
+    # slowest job of every backend ends about the same time; ties go to the earlier backend.
+    for _ in range(max_jobs - len(groups)):
+        open_ = [b for b in groups if jobs[b] < len(groups[b])]
+        if not open_:
+            break
+        jobs[max(open_, key=lambda b: cost[b] / jobs[b])] += 1
+    return jobs
+
+
+def _pack(cells: list[CellSpec], jobs: int, capacity: int | None) -> list[list[CellSpec]]:
+    """Longest processing time first: costly cells go first, each to the least-loaded job."""
+    placed: list[list[int]] = [[] for _ in range(jobs)]
+    load = [0] * jobs
+    for i in sorted(range(len(cells)), key=lambda i: (-cell_cost(cells[i]), i)):
+        room = [j for j in range(jobs) if capacity is None or len(placed[j]) < capacity]
+        best = min(room, key=lambda j: (load[j], len(placed[j]), j))
+        placed[best].append(i)
+        load[best] += cell_cost(cells[i])
+    # Within a job, cells keep the matrix's order.
+    return [[cells[i] for i in sorted(indices)] for indices in placed if indices]
+
+
+def plan(
+    matrix: Matrix,
+    cells: list[CellSpec],
+    *,
+    max_jobs: int = GITHUB_MAX_JOBS,
+    cells_per_job: int | None = None,
+) -> dict[str, Any]:
+    """A `strategy.matrix` value: {"include": [one entry per job]}, deterministic for its input.
+
+    Without cells_per_job the cells are spread over as many jobs as max_jobs allows (one cell
+    per job at most); with it, each job holds at most that many cells.
+    """
+    if not 1 <= max_jobs <= GITHUB_MAX_JOBS:
+        raise InputError(f"max jobs must be 1 to {GITHUB_MAX_JOBS}, got {max_jobs}")
+    if cells_per_job is not None and cells_per_job < 1:
+        raise InputError(f"cells per job must be at least 1, got {cells_per_job}")
+    if not cells:
+        raise InputError("no cells to plan: GitHub refuses an empty matrix", file=matrix.file)
+    groups: dict[str, list[CellSpec]] = {}
+    seen: set[str] = set()
+    for cell in cells:
+        if cell.cell_id not in seen:  # a cell runs once, however often it was selected
+            seen.add(cell.cell_id)
+            groups.setdefault(cell.backend, []).append(cell)
+    if len(groups) > max_jobs:
+        raise InputError(
+            f"{len(groups)} backends ({', '.join(groups)}) need at least {len(groups)} jobs, "
+            f"more than the {max_jobs} allowed",
+            option="--max-jobs",
+        )
+    labels = {b: runner_labels(matrix, b) for b in groups}
+    include: list[dict[str, Any]] = []
+    for backend, count in _jobs_per_backend(groups, max_jobs, cells_per_job).items():
+        packed = _pack(groups[backend], count, cells_per_job)
+        width = len(str(len(packed)))
+        for n, job in enumerate(packed, 1):
+            include.append(
+                {
+                    "job": f"{backend}-{n:0{width}d}",
+                    "backend": backend,
+                    "runs-on": labels[backend],
+                    "cells": " ".join(c.cell_id for c in job),
+                    "cell_count": len(job),
+                }
+            )
+    return {"include": include}

@@ -1,0 +1,175 @@
+"""Gates computed from workload metrics and saved outputs rather than timing.
+
+graph_breaks, recompiles (compile workload), export (export workload),
+determinism (determinism workload) and drift (any workload that saves outputs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from suite.core.accuracy import tensor_drift
+from suite.core.records import Gate as GateRecord
+from suite.core.records import Verdict
+from suite.judge.policy import Gate
+from suite.judge.verdicts import gate_result
+
+Record = dict[str, Any]
+GateFn = Callable[[Gate, Sequence[Record], Sequence[Record]], GateRecord | None]
+
+
+def _metric(records: Sequence[Record], name: str) -> Any:
+    for record in records:
+        metric = (record.get("metrics") or {}).get(name)
+        if metric is not None and metric.get("value") is not None:
+            return metric["value"]
+    return None
+
+
+def _both(
+    gate: Gate, base: Sequence[Record], cand: Sequence[Record], name: str
+) -> tuple[Any, Any] | GateRecord | None:
+    """Both sides' metric, a verdict when only one side has it, None when neither does."""
+    b, c = _metric(base, name), _metric(cand, name)
+    if b is None and c is None:
+        return None
+    if b is None or c is None:
+        side = "baseline" if b is None else "candidate"
+        return gate_result(gate, "untested", f"no {name} on the {side} side")
+    return b, c
+
+
+def _counts(name: str, reasons: str) -> GateFn:
+    def gate_fn(gate: Gate, base: Sequence[Record], cand: Sequence[Record]) -> GateRecord | None:
+        both = _both(gate, base, cand, name)
+        if not isinstance(both, tuple):
+            return both
+        b, c = int(both[0]), int(both[1])
+        numbers = {"baseline": b, "candidate": c}
+        if c > b:
+            new = [
+                r
+                for r in str(_metric(cand, reasons) or "").split(" | ")
+                if r and r not in str(_metric(base, reasons) or "")
+            ]
+            why = f"; new: {'; '.join(new)[:600]}" if new else ""
+            if not gate.must_not_grow:  # the policy allows growth: say it, do not fail
+                text = f"{name} grew {b} -> {c}{why} (allowed: must_not_grow is false)"
+                return gate_result(gate, "pass", text, **numbers)
+            return gate_result(gate, "fail", f"{name} grew {b} -> {c}{why}", **numbers)
+        if c < b:
+            return gate_result(gate, "improved", f"{name} fell {b} -> {c}", **numbers)
+        return gate_result(gate, "pass", f"{name} unchanged at {c}", **numbers)
+
+    return gate_fn
+
+
+def export(gate: Gate, base: Sequence[Record], cand: Sequence[Record]) -> GateRecord | None:
+    records = cand or base
+    if not records or records[0]["spec"]["workload"] != "export":
+        return None
+    path = str(records[0]["spec"]["params"].get("path"))
+    if gate.paths and path not in gate.paths:
+        return None
+    if not cand:
+        return gate_result(gate, "untested", f"export path {path}: no candidate result")
+    status = cand[0]["status"]
+    b_status = base[0]["status"] if base else None
+    message = (cand[0].get("failure") or {}).get("message", "")
+    if status == "ok":
+        err = _metric(cand, "max_abs_error")
+        return gate_result(
+            gate,
+            "pass" if b_status == "ok" else "fixed",
+            f"export path {path} runs (max abs error {err})",
+            candidate=err,
+        )
+    if status == "skipped":  # e.g. onnxruntime missing here: the path cannot be shown to work
+        return gate_result(gate, "unsupported", f"export path {path} skipped: {message}")
+    if status == "unsupported":
+        return gate_result(gate, "unsupported", f"export path {path} unsupported: {message}")
+    broke: Verdict = "new-failure" if b_status == "ok" else "fail"
+    return gate_result(gate, broke, f"export path {path} {status}: {message[:400]}")
+
+
+def determinism(gate: Gate, base: Sequence[Record], cand: Sequence[Record]) -> GateRecord | None:
+    if _metric([*base, *cand], "deterministic_cross_process") is None:
+        if (
+            cand
+            and cand[0]["spec"]["workload"] == "determinism"
+            and cand[0]["status"] == "unsupported"
+        ):
+            return gate_result(
+                gate, "unsupported", (cand[0].get("failure") or {}).get("message", "")
+            )
+        return None
+    c_in, c_x = (
+        _metric(cand, "deterministic_in_process"),
+        _metric(cand, "deterministic_cross_process"),
+    )
+    if c_in is None or c_x is None:
+        return gate_result(gate, "untested", "no determinism result on the candidate side")
+    b_ok = _metric(base, "deterministic_in_process") and _metric(
+        base, "deterministic_cross_process"
+    )
+    if c_in and c_x:
+        return gate_result(
+            gate, "pass" if b_ok else "fixed", "bitwise identical in and across processes"
+        )
+    where = "across processes" if not c_x else "within one process"
+    first, diff = _metric(cand, "first_difference"), _metric(cand, "max_difference")
+    was = "" if b_ok else " (the baseline was not deterministic either)"
+    return gate_result(
+        gate,
+        "fail",
+        f"not deterministic {where}: first differing tensor {first!r}, "
+        f"max difference {diff:.3g}{was}",
+        candidate=diff,
+    )
+
+
+def drift(gate: Gate, base: Sequence[Record], cand: Sequence[Record]) -> GateRecord | None:
+    """Outputs of the same seeded step on both pins, against the policy's relative tolerance."""
+    b = next((r for r in base if r.get("outputs")), None)
+    c = next((r for r in cand if r.get("outputs")), None)
+    if b is None and c is None:
+        return None
+    if b is None or c is None:
+        return gate_result(gate, "untested", "saved outputs on one side only")
+    import torch
+
+    left = torch.load(Path(b["_run_dir"]) / b["outputs"]["file"], weights_only=True)
+    right = torch.load(Path(c["_run_dir"]) / c["outputs"]["file"], weights_only=True)
+    dtype = str(b["spec"]["params"].get("dtype", "fp32"))
+    tolerance = (gate.relative_tolerance or {}).get(dtype, gate.threshold or 1e-4)
+    found = tensor_drift(left, right)
+    if found.missing:
+        return gate_result(
+            gate, "fail", f"output {found.name!r} missing or reshaped on the candidate"
+        )
+    worst_name, worst = found.name, found.relative
+    numbers = {"candidate": worst, "threshold": tolerance}
+    if worst > tolerance:
+        return gate_result(
+            gate,
+            "fail",
+            f"{worst_name}: relative drift {worst:.3g} > {tolerance:g} ({dtype})",
+            **numbers,
+        )
+    return gate_result(
+        gate,
+        "pass",
+        f"max relative drift {worst:.3g} ({worst_name or 'none'}) <= {tolerance:g}",
+        **numbers,
+    )
+
+
+METRIC_GATES: dict[str, GateFn] = {
+    "graph_breaks": _counts("graph_breaks", "graph_break_reasons"),
+    "recompiles": _counts("recompiles", "recompile_reasons"),
+    "export": export,
+    "determinism": determinism,
+    "drift": drift,
+}

@@ -1,0 +1,243 @@
+"""Policies: gates, thresholds and decision rules, loaded, checked and hashed before a run."""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from suite.core.errors import InputError
+from suite.core.records import DECISIONS, Severity
+from suite.core.validation import load_document, validate
+from suite.judge.sequential import DEFAULT_FAIL_LEVEL, DEFAULT_LOOKS, DEFAULT_PASS_LEVEL, Design
+
+DEFAULT_POLICY_NAME = "<built-in default policy>"
+
+
+def decision_rank(decision: str) -> int:
+    return DECISIONS.index(decision)
+
+
+def worst(decisions: list[str]) -> str:
+    return max(decisions, key=decision_rank, default="adopt")
+
+
+@dataclass(frozen=True)
+class Gate:
+    name: str
+    severity: Severity
+    threshold: float | None = None
+    required: bool = False
+    min_bytes: int = 0
+    budget_bytes: int | None = None
+    must_not_grow: bool = False
+    paths: tuple[str, ...] = ()
+    tolerances: dict[str, tuple[float, float]] | None = None
+    relative_tolerance: dict[str, float] | None = None
+
+
+@dataclass(frozen=True)
+class Rule:
+    decision: str
+    verdicts: tuple[str, ...]
+    severity: str | None = None
+    gate: str | None = None
+    fleet: bool | None = None
+    required: bool | None = None
+    lane: str | None = None
+    reason: str = ""
+
+    def matches(self, gate: Gate, verdict: str, *, fleet: bool, lane: str) -> bool:
+        return (
+            verdict in self.verdicts
+            and (self.severity is None or self.severity == gate.severity)
+            and (self.gate is None or self.gate == gate.name)
+            and (self.fleet is None or self.fleet == fleet)
+            and (self.required is None or self.required == gate.required)
+            and (self.lane is None or self.lane == lane)
+        )
+
+
+@dataclass(frozen=True)
+class Policy:
+    file: str
+    sha256: str
+    profile: str
+    fleet_backends: tuple[str, ...]
+    gates: dict[str, Gate]
+    rules: tuple[Rule, ...]
+    isolatable: tuple[str, ...]
+    design: Design
+
+    def is_isolatable(self, workload: str, backend: str) -> bool:
+        row = f"{workload}@{backend}"
+        return any(
+            fnmatch.fnmatchcase(row, p) or fnmatch.fnmatchcase(workload, p) for p in self.isolatable
+        )
+
+    def evidence(self) -> dict[str, Any]:
+        return {
+            "file": self.file,
+            "sha256": self.sha256,
+            "profile": self.profile,
+            "fleet_backends": list(self.fleet_backends),
+        }
+
+
+# Every gate the suite computes, and the fields each needs beyond its severity. The schema
+# cannot say this (one shape serves every gate), so load_policy checks it before any cell runs.
+GATE_NEEDS: dict[str, tuple[str, ...]] = {
+    "status": (),
+    "correctness": (),
+    "latency_p50": ("threshold",),
+    "latency_p95": ("threshold",),
+    "throughput": ("threshold",),
+    "compile_time": ("threshold",),
+    "peak_memory": ("threshold",),
+    "memory_budget": (),
+    "graph_breaks": (),
+    "recompiles": (),
+    "export": (),
+    "determinism": (),
+    "drift": (),
+    "rollback": (),
+}
+
+
+def _check_gates(raw: dict[str, Any], rules: list[dict[str, Any]], file: str, where: str) -> None:
+    """What a schema-valid profile can still get wrong: a gate the suite does not compute, a
+    field a gate needs, a rule naming a gate the profile lacks."""
+    gates = raw["gates"]
+    for name, fields in gates.items():
+        if name not in GATE_NEEDS:
+            raise InputError(
+                f"no gate {name!r} exists; the gates are {', '.join(GATE_NEEDS)}",
+                file=file,
+                path=f"{where}.gates.{name}",
+            )
+        for needed in GATE_NEEDS[name]:
+            if fields.get(needed) is None:
+                raise InputError(
+                    f"the {name} gate needs a {needed} (a relative change, e.g. 0.05 for 5%)",
+                    file=file,
+                    path=f"{where}.gates.{name}.{needed}",
+                )
+        if name in ("graph_breaks", "recompiles") or "must_not_grow" not in fields:
+            continue
+        raise InputError(
+            "must_not_grow applies to the graph_breaks and recompiles gates only",
+            file=file,
+            path=f"{where}.gates.{name}.must_not_grow",
+        )
+    for i, rule in enumerate(rules):
+        if rule.get("gate") is not None and rule["gate"] not in gates:
+            raise InputError(
+                f"the rule names gate {rule['gate']!r}, which this profile does not have",
+                file=file,
+                path=f"{where}.rules[{i}].gate",
+            )
+
+
+def _gate(name: str, raw: dict[str, Any]) -> Gate:
+    tolerances = raw.get("tolerances")
+    return Gate(
+        name=name,
+        severity=raw["severity"],
+        threshold=raw.get("threshold"),
+        required=bool(raw.get("required", False)),
+        min_bytes=int(raw.get("min_bytes", 0)),
+        budget_bytes=raw.get("budget_bytes"),
+        # Growth fails unless the policy says must_not_grow: false.
+        must_not_grow=bool(raw.get("must_not_grow", name in ("graph_breaks", "recompiles"))),
+        paths=tuple(raw.get("paths", ())),
+        relative_tolerance=raw.get("relative_tolerance"),
+        tolerances={k: (float(v[0]), float(v[1])) for k, v in tolerances.items()}
+        if tolerances
+        else None,
+    )
+
+
+def _rule(raw: dict[str, Any]) -> Rule:
+    return Rule(
+        decision=raw["decision"],
+        verdicts=tuple(raw["verdicts"]),
+        severity=raw.get("severity"),
+        gate=raw.get("gate"),
+        fleet=raw.get("fleet"),
+        required=raw.get("required"),
+        lane=raw.get("lane"),
+        reason=raw.get("reason", ""),
+    )
+
+
+def default_policy_text() -> str:
+    return resources.files("suite.data").joinpath("default-policy.yaml").read_text("utf-8")
+
+
+def load_policy(path: Path | None, profile: str | None) -> Policy:
+    if path is None:
+        text = default_policy_text()
+        doc, file, digest = (
+            yaml.safe_load(text),
+            DEFAULT_POLICY_NAME,
+            hashlib.sha256(text.encode()).hexdigest(),
+        )
+    else:
+        doc, file = load_document(path), str(path)
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    validate(doc, "torch-matrix/policy", file=file)
+    name = profile or doc.get("default_profile")
+    if name is None:
+        raise InputError(
+            "no --profile given and the policy names no default_profile",
+            file=file,
+            path="$.default_profile",
+        )
+    if name not in doc["profiles"]:
+        raise InputError(
+            f"no profile {name!r}; the policy has: {', '.join(sorted(doc['profiles']))}",
+            file=file,
+            path=f"$.profiles.{name}",
+        )
+    raw = doc["profiles"][name]
+    stats = raw.get("statistics", {})
+    rules = raw.get("rules", doc.get("rules"))
+    if not rules:
+        raise InputError(
+            "no decision rules: give 'rules' at the top or in the profile",
+            file=file,
+            path=f"$.profiles.{name}.rules",
+        )
+    _check_gates(raw, rules, file, f"$.profiles.{name}")
+    return Policy(
+        file=file,
+        sha256=digest,
+        profile=name,
+        fleet_backends=tuple(raw["fleet_backends"]),
+        gates={g: _gate(g, r) for g, r in raw["gates"].items()},
+        rules=tuple(_rule(r) for r in rules),
+        isolatable=tuple(raw.get("isolatable", ())),
+        design=_design(stats, file, f"$.profiles.{name}.statistics"),
+    )
+
+
+def _design(stats: dict[str, Any], file: str, where: str) -> Design:
+    looks = tuple(stats.get("looks", DEFAULT_LOOKS))
+    if list(looks) != sorted(set(looks)):
+        raise InputError(
+            f"looks must be strictly increasing round counts, got {list(looks)}",
+            file=file,
+            path=f"{where}.looks",
+        )
+    budget = stats.get("budget_s")
+    return Design(
+        looks=looks,
+        fail_level=float(stats.get("fail_level", DEFAULT_FAIL_LEVEL)),
+        pass_level=float(stats.get("pass_level", DEFAULT_PASS_LEVEL)),
+        budget_s=float(budget) if budget is not None else None,
+    )

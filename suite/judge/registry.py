@@ -1,0 +1,89 @@
+"""Which function judges which gate: one registry over every gate the policy can name
+(policy.GATE_NEEDS), and the loop that judges one cell with it. No dispatch on gate names
+elsewhere; adding a gate means a function and an entry here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from suite.core.records import Gate as GateRecord
+from suite.judge.gates import (
+    budget_gate,
+    correctness_gate,
+    memory_gate,
+    side_status,
+    status_gate,
+    timing_gate,
+)
+from suite.judge.metric_gates import METRIC_GATES
+from suite.judge.policy import Gate, Policy
+from suite.judge.sequential import TIMING_GATES, Design
+from suite.judge.verdicts import Record
+
+
+@dataclass
+class Inputs:
+    """What the gates of one cell are judged from."""
+
+    base: Sequence[Record]
+    cand: Sequence[Record]
+    comparable: bool
+    design: Design
+    status: GateRecord | None = field(default=None)  # the status verdict, once judged
+
+    def status_of(self, gate: Gate) -> GateRecord:
+        """The cell's status verdict; correctness needs it even where the policy has no status
+        gate, and then it is judged under the first gate's name, as before."""
+        if self.status is None or gate.name == "status":
+            failure = next((r["failure"] for r in self.cand if r.get("failure")), None) or {}
+            message = str(failure.get("message", "")).splitlines()[0][:300] if failure else ""
+            dependency = bool(self.base and self.cand) and all(
+                (r.get("failure") or {}).get("mode") == "dependency"
+                for r in [*self.base, *self.cand]
+            )
+            self.status = status_gate(
+                gate, side_status(self.base), side_status(self.cand), message, dependency=dependency
+            )
+        return self.status
+
+
+GateFn = Callable[[Gate, Inputs], "GateRecord | None"]
+
+
+def _metric(name: str) -> GateFn:
+    fn = METRIC_GATES[name]
+    return lambda gate, i: fn(gate, i.base, i.cand)
+
+
+def _timing(gate: Gate, i: Inputs) -> GateRecord | None:
+    return timing_gate(gate, i.base, i.cand, i.design, comparable=i.comparable)
+
+
+REGISTRY: dict[str, GateFn] = {
+    "status": lambda gate, i: i.status_of(gate),
+    "correctness": lambda gate, i: correctness_gate(gate, i.base, i.cand, i.status_of(gate)),
+    **{name: _timing for name in TIMING_GATES},
+    "peak_memory": lambda gate, i: memory_gate(gate, i.base, i.cand, i.comparable),
+    "memory_budget": lambda gate, i: budget_gate(gate, i.cand),
+    **{name: _metric(name) for name in METRIC_GATES},
+    # The rollback gate is not judged per cell: suite/flows/rollback.py adds its own cells.
+    "rollback": lambda gate, i: None,
+}
+
+
+def evaluate_cell(
+    policy: Policy,
+    base: Sequence[Record],
+    cand: Sequence[Record],
+    comparable: bool,
+    design: Design | None = None,
+) -> list[GateRecord]:
+    """Every gate the policy names that applies to this cell, in the policy's order."""
+    inputs = Inputs(base, cand, comparable, design or policy.design)
+    out = []
+    for gate in policy.gates.values():
+        result = REGISTRY[gate.name](gate, inputs)
+        if result is not None:
+            out.append(result)
+    return out

@@ -1,0 +1,229 @@
+"""Decision rules: gate verdicts -> a decision per (cell, gate), per row and overall.
+
+A row is one workload on one backend. Rows in the prototype lane, or matched by the policy's
+isolatable patterns, never go past 'isolate'. The exit code of ab and compare is derived from
+the overall decision here and nowhere else.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from suite.core.records import DECISIONS, EXIT_CODES, UNDECIDED_WHY, Decision
+from suite.judge.policy import Policy, decision_rank, worst
+from suite.judge.sequential import TIMING_GATES
+
+_Num = TypeVar("_Num", int, float)
+
+
+def exit_code(decision: Decision) -> int:
+    return EXIT_CODES[decision]
+
+
+def apply_rules(policy: Policy, cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Annotate every gate with its decision; return the rows with their decisions and reasons."""
+    rows: dict[str, dict[str, Any]] = {}
+    for cell in cells:
+        fleet = cell["backend"] in policy.fleet_backends
+        row = rows.setdefault(
+            cell["row_id"],
+            {
+                "row_id": cell["row_id"],
+                "workload": cell["workload"],
+                "backend": cell["backend"],
+                "lane": cell["lane"],
+                "fleet": fleet,
+                "isolatable": policy.is_isolatable(cell["workload"], cell["backend"]),
+                "decision": "adopt",
+                "reasons": [],
+                "verdicts": Counter(),
+            },
+        )
+        if cell["lane"] == "prototype":
+            row["lane"] = "prototype"
+        for gate in cell["gates"]:
+            row["verdicts"][gate["verdict"]] += 1
+            gate_obj = policy.gates[gate["gate"]]
+            matched = [
+                r
+                for r in policy.rules
+                if r.matches(gate_obj, gate["verdict"], fleet=fleet, lane=cell["lane"])
+            ]
+            decision = worst([r.decision for r in matched])
+            gate["decision"] = decision
+            if matched and decision != "adopt":
+                # The most specific rule of the worst decision explains it best.
+                rule = max(matched, key=lambda r: (decision_rank(r.decision), r.gate is not None))
+                why = rule.reason or rule.decision
+                reason = f"{cell['cell_id']}: {gate['gate']} {gate['verdict']} — {why}"
+                row["reasons"].append((decision_rank(decision), reason))
+                row["decision"] = worst([row["decision"], decision])
+    out = []
+    for row in rows.values():
+        capped = row["lane"] == "prototype" or row["isolatable"]
+        if capped and decision_rank(row["decision"]) > decision_rank("isolate"):
+            why = "prototype lane" if row["lane"] == "prototype" else "isolatable by policy"
+            row["reasons"].append(
+                (-1, f"{row['row_id']} capped at isolate ({why}; was {row['decision']})")
+            )
+            row["decision"] = "isolate"
+        row["reasons"] = [r for _, r in sorted(row["reasons"], key=lambda x: -x[0])]
+        row["verdicts"] = dict(sorted(row["verdicts"].items()))
+        out.append(row)
+    return out
+
+
+# Verdicts that settle a gate either way; the rest leave it open.
+_DECIDED = ("pass", "improved", "fail")
+_PASSING = frozenset({"pass", "improved", "fixed"})
+# A row with only these verdicts took no measurement at all (its backend was absent, say).
+_NOTHING_MEASURED = frozenset({"untested", "unsupported"})
+# An en dash between the ends of a range; a hyphen would read as a minus sign next to a percent.
+_TO = "\u2013"
+
+
+def overall(
+    rows: list[dict[str, Any]], cells: Sequence[Mapping[str, Any]] = ()
+) -> tuple[str, list[str]]:
+    """The worst row decision and its reasons, then one line per timing gate in cells.
+
+    An adopt says what the rows showed, not just that no rule blocked them: the research
+    profile lets inconclusive and untested soft gates through, and a headline of "pass"
+    would then claim evidence that was never taken.
+    """
+    decision = worst([r["decision"] for r in rows])
+    if decision == "adopt":
+        reasons = [_adopt_line(rows)]
+    else:
+        reasons = []
+        for row in rows:
+            if row["decision"] == decision:
+                first = row["reasons"][0] if row["reasons"] else ""
+                more = len(row["reasons"]) - 1
+                reasons.append(
+                    f"{row['row_id']} → {decision}: {first}"
+                    + (f" (+{more} more)" if more > 0 else "")
+                )
+    return decision, reasons + timing_lines(cells)
+
+
+def _adopt_line(rows: list[dict[str, Any]]) -> str:
+    passing = empty = 0
+    open_verdicts: Counter[str] = Counter()
+    empty_verdicts: set[str] = set()
+    for row in rows:
+        verdicts: dict[str, int] = row.get("verdicts") or {}
+        if verdicts and set(verdicts) <= _PASSING:
+            passing += 1
+        elif set(verdicts) <= _NOTHING_MEASURED:
+            empty += 1
+            empty_verdicts.update(verdicts)
+        else:
+            open_verdicts.update({v: n for v, n in verdicts.items() if v not in _PASSING})
+    if passing == len(rows):
+        return (
+            "the only row passes every gate"
+            if passing == 1
+            else f"all {passing} rows pass every gate"
+        )
+    parts = []
+    if passing:
+        parts.append(f"{passing} {'passes' if passing == 1 else 'pass'} every gate")
+    if left_open := len(rows) - passing - empty:
+        has = "has" if left_open == 1 else "have"
+        parts.append(f"{left_open} {has} gates that did not pass ({_tally(open_verdicts)})")
+    if empty:
+        every = " or ".join(sorted(empty_verdicts))
+        parts.append(f"{empty} measured nothing" + (f" (every gate {every})" if every else ""))
+    return f"no rule blocks any of {_count(len(rows), 'row')}: " + "; ".join(parts)
+
+
+def timing_lines(cells: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Per timing gate: in how many cells it decided, after how many rounds, and why not."""
+    found: dict[str, list[Mapping[str, Any]]] = {}
+    for cell in cells:
+        for gate in cell["gates"]:
+            if gate["gate"] in TIMING_GATES:
+                found.setdefault(gate["gate"], []).append(gate)
+    return [_timing_line(name, found[name]) for name in TIMING_GATES if name in found]
+
+
+def _timing_line(name: str, gates: list[Mapping[str, Any]]) -> str:
+    by_verdict: dict[str, list[Mapping[str, Any]]] = {}
+    for gate in gates:
+        by_verdict.setdefault(gate["verdict"], []).append(gate)
+    decided = [g for v in _DECIDED for g in by_verdict.get(v, [])]
+    head = f"{name} decided in {len(decided)} of {_count(len(gates), 'cell')}"
+    if decided:
+        head += f" ({_tally({v: len(by_verdict[v]) for v in _DECIDED if v in by_verdict})})"
+    parts = [head + _after(decided)]
+    for verdict, group in by_verdict.items():
+        if verdict == "inconclusive":
+            parts.append(f"{len(group)} inconclusive ({'; '.join(_why_open(group))})")
+        elif verdict not in _DECIDED:
+            parts.append(f"{len(group)} {verdict}")
+    return "; ".join(parts)
+
+
+def _why_open(gates: list[Mapping[str, Any]]) -> list[str]:
+    """Inconclusive timing gates grouped by their recorded cause, with their numbers."""
+    groups: dict[str | None, list[Mapping[str, Any]]] = {}
+    for gate in gates:
+        why = gate.get("undecided")
+        groups.setdefault(why if why in UNDECIDED_WHY else None, []).append(gate)
+    out = []
+    for why in (*UNDECIDED_WHY, None):
+        group = groups.get(why)
+        if not group:
+            continue
+        # Records older than the `undecided` field say why only in the gate's message.
+        text = f"{len(group)} {UNDECIDED_WHY[why] if why else 'cause not recorded'}"
+        spreads = [g["spread"] for g in group if g.get("spread") is not None]
+        needed = [g["needed_rounds"] for g in group if g.get("needed_rounds") is not None]
+        # "2 too noisy: spread 8.4-12% after 20 rounds, ≈49-96 rounds needed"
+        if spreads:
+            text += f": spread {_span(spreads, _percent)}%"
+        text += _after(group)
+        if needed:
+            text += f", ≈{_span(needed, str)} rounds needed"
+        out.append(text)
+    return out
+
+
+def _after(gates: Sequence[Mapping[str, Any]]) -> str:
+    rounds = [g["rounds"] for g in gates if g.get("rounds") is not None]
+    if not rounds:
+        return ""
+    return f" after {_span(rounds, str)} round{'' if max(rounds) == 1 else 's'}"
+
+
+def _span(values: Sequence[_Num], fmt: Callable[[_Num], str]) -> str:
+    low, high = fmt(min(values)), fmt(max(values))
+    return low if low == high else f"{low}{_TO}{high}"
+
+
+def _percent(x: float) -> str:
+    """A fraction in percent, without the sign: two digits are all a spread needs."""
+    return f"{x * 100:.1f}" if x < 0.1 else f"{x * 100:.0f}"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def _tally(counts: Mapping[str, int]) -> str:
+    return ", ".join(f"{n} {verdict}" for verdict, n in counts.items())
+
+
+__all__ = [
+    "DECISIONS",
+    "EXIT_CODES",
+    "TIMING_GATES",
+    "UNDECIDED_WHY",
+    "apply_rules",
+    "exit_code",
+    "overall",
+    "timing_lines",
+]

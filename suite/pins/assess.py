@@ -1,0 +1,290 @@
+"""Torch pin-bump detection: torch pins wherever teams keep them, two git refs compared.
+
+One file's pins come from suite/pins/files.py (requirements/constraints, pyproject.toml) and
+suite/pins/formats.py (lock files of uv, poetry, pdm, Pipfile and PEP 751, conda environments,
+pixi manifests and locks, Dockerfiles). Here: which torch each side installs (a lock's exact
+version wins over a range; files that disagree are named), and what moved.
+
+Fail closed: a pin-bearing file that changed and cannot be read, a moved range with no lock, or
+files that disagree make the answer `unknown` (the matrix runs), never "no torch change". That
+answer is given only when every changed pin-bearing file was read and none moved torch.
+
+A pin becomes a side for `ab` (`torch==2.14.1`): markers are dropped because a side is one
+interpreter, and the index a pin installs from is recorded beside it, not folded into it.
+torchvision, torchaudio and triton are read too and reported beside torch.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.specifiers import SpecifierSet
+
+from suite.core.errors import EnvironmentProblem, InputError
+from suite.pins.files import Pin, pin_file_kind, pins_in_file
+from suite.pins.formats import TRACKED, Unreadable
+
+__all__ = ["Assessment", "Pin", "Tree", "assess", "pin_file_kind", "pins_in_file", "tree_at_ref"]
+
+GIT_TIMEOUT_S = 60.0
+# Lock files of large projects run to megabytes; a pin-bearing file above this is not read,
+# and when it changed the answer is `unknown`.
+MAX_FILE_BYTES = 32 << 20
+
+
+@dataclass(frozen=True)
+class Unknown:
+    """A reason the torch pin cannot be told: a file, the side it is on, why."""
+
+    file: str
+    side: str  # "base" or "head"
+    reason: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"file": self.file, "side": self.side, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class Tree:
+    """The pin-bearing files of one side: path -> text, path -> content id, and the files that
+    were not read (path -> why)."""
+
+    texts: dict[str, str]
+    ids: dict[str, str]
+    unread: dict[str, str]
+    kinds: dict[str, str] = field(default_factory=dict)  # format overrides, for single files
+
+
+@dataclass(frozen=True)
+class Assessment:
+    status: str  # "changed", "unknown" or "unchanged"
+    baseline: str | None  # the side `ab` takes: torch==2.13.0; None when the side has no pin
+    candidate: str | None
+    files: tuple[str, ...]  # files whose torch pins differ between the sides
+    baseline_pin: Pin | None
+    candidate_pin: Pin | None
+    unknown: tuple[Unknown, ...] = ()
+    disagreements: tuple[str, ...] = ()
+    companions: tuple[tuple[str, str | None, str | None], ...] = ()  # (package, old, new) moved
+
+    @property
+    def run(self) -> bool:
+        """Whether the matrix must run: torch moved, or it cannot be told that it did not."""
+        return self.status != "unchanged"
+
+    @property
+    def message(self) -> str:
+        where = ", ".join(self.files)
+        if self.status == "unknown":
+            why = "; ".join(f"{u.file} ({u.side}): {u.reason}" for u in self.unknown)
+            text = f"torch pin unknown: {why}"
+        elif self.status == "unchanged":
+            text = "no torch change"
+        elif self.baseline is None:
+            text = f"torch pin added: {self.candidate} (no baseline pin) in {where}"
+        elif self.candidate is None:
+            text = f"torch pin removed: {self.baseline} (no candidate pin) in {where}"
+        else:
+            text = f"torch pin changed: {self.baseline} -> {self.candidate} in {where}"
+        moved = [
+            f"{old or f'no {pkg}'} -> {new or f'no {pkg}'}" for pkg, old, new in self.companions
+        ]
+        return text + (f"; also {', '.join(moved)}" if moved else "")
+
+
+# The old name of an assessment that moved torch.
+Bump = Assessment
+
+
+def read_tree(tree: Tree) -> tuple[list[Pin], dict[str, str]]:
+    """Every tracked pin of a side, and the files that could not be read (path -> why)."""
+    pins: list[Pin] = []
+    unreadable = dict(tree.unread)
+    for path in sorted(tree.texts):
+        try:
+            pins += pins_in_file(path, tree.texts[path], kind=tree.kinds.get(path))
+        except Unreadable as exc:
+            unreadable[path] = str(exc)
+    return pins, unreadable
+
+
+def find_torch_pins(files: Mapping[str, str]) -> list[Pin]:
+    """Tracked pins in every file that may hold one, in path order; other files are ignored.
+    A file that cannot be read raises InputError naming it."""
+    pins = []
+    for path in sorted(files):
+        try:
+            pins += pins_in_file(path, files[path])
+        except Unreadable as exc:
+            raise InputError(str(exc), file=path) from None
+    return pins
+
+
+def _public(pin: Pin) -> str:
+    return pin.key.split("+", 1)[0]
+
+
+def _describe(pin: Pin) -> str:
+    return f"{pin.file}:{pin.line} has {pin.side!r}"
+
+
+def effective_pin(pins: Sequence[Pin], package: str = "torch") -> tuple[Pin | None, list[str]]:
+    """The one version of a package a side installs, and how its files disagree.
+
+    A lock's exact version wins over a manifest's; an exact pin wins over a range (a lock
+    beside a range in pyproject.toml). Variants of one version in one lock (+cpu, +cu128 for
+    different platforms) are one version.
+    """
+    own = [p for p in pins if p.package == package]
+    exact = [p for p in own if p.exact]
+    chosen = [p for p in exact if p.kind == "lock"] or exact or own
+    if not chosen:
+        return None, []
+    first, problems = chosen[0], []
+    for other in exact:
+        same_file = other.file == first.file and _public(other) == _public(first)
+        if other.key != first.key and not same_file:
+            problems.append(f"{_describe(first)} but {_describe(other)}")
+    if first.exact and first.version is not None:
+        for other in own:
+            admits = (
+                other.exact
+                or other.url
+                or SpecifierSet(other.specifier).contains(first.version, prereleases=True)
+            )
+            if not admits:
+                problems.append(
+                    f"{_describe(other)}, which excludes {first.side} from {first.file}"
+                )
+    elif not first.exact:
+        for other in own[1:]:
+            if other.key != first.key:
+                problems.append(f"{_describe(first)} but {_describe(other)}")
+    return first, problems
+
+
+def _keys_by_file(pins: Sequence[Pin], package: str) -> dict[str, set[str]]:
+    by_file: dict[str, set[str]] = {}
+    for pin in pins:
+        if pin.package == package:
+            by_file.setdefault(pin.file, set()).add(pin.key)
+    return by_file
+
+
+def assess(base: Tree, head: Tree) -> Assessment:
+    """Did the change move torch (and what moved with it), or can that not be told?"""
+    changed = {p for p in base.ids.keys() | head.ids.keys() if base.ids.get(p) != head.ids.get(p)}
+    base_pins, base_bad = read_tree(base)
+    head_pins, head_bad = read_tree(head)
+    unknown = [
+        Unknown(path, side, reason)
+        for side, bad in (("base", base_bad), ("head", head_bad))
+        for path, reason in sorted(bad.items())
+        if path in changed
+    ]
+    old, old_problems = effective_pin(base_pins, "torch")
+    new, new_problems = effective_pin(head_pins, "torch")
+    a, b = _keys_by_file(base_pins, "torch"), _keys_by_file(head_pins, "torch")
+    files = tuple(sorted(f for f in a.keys() | b.keys() if a.get(f) != b.get(f)))
+    moved = (old.key if old else None) != (new.key if new else None)
+    disagreements = [f"base: {p}" for p in old_problems] + [f"head: {p}" for p in new_problems]
+    if files:
+        # A torch pin changed somewhere: what the side installs must be clear on both sides.
+        unknown += [Unknown(f, "base", p) for p in old_problems for f in files[:1]]
+        unknown += [Unknown(f, "head", p) for p in new_problems for f in files[:1]]
+    if moved:
+        for side, pin in (("base", old), ("head", new)):
+            if pin is not None and not pin.exact:
+                unknown.append(
+                    Unknown(
+                        pin.file,
+                        side,
+                        f"{pin.side!r} is a range with no lock: which torch installs depends on "
+                        "the index on the day",
+                    )
+                )
+    companions = []
+    for package in TRACKED[1:]:
+        was, _ = effective_pin(base_pins, package)
+        now, _ = effective_pin(head_pins, package)
+        if (was.key if was else None) != (now.key if now else None):
+            companions.append((package, was.side if was else None, now.side if now else None))
+    status = "unknown" if unknown else "changed" if moved else "unchanged"
+    return Assessment(
+        status=status,
+        baseline=old.side if old else None,
+        candidate=new.side if new else None,
+        files=files,
+        baseline_pin=old,
+        candidate_pin=new,
+        unknown=tuple(unknown),
+        disagreements=tuple(disagreements),
+        companions=tuple(companions),
+    )
+
+
+def tree_of(files: Mapping[str, str], kinds: Mapping[str, str] | None = None) -> Tree:
+    """A Tree of texts held in memory (path -> text)."""
+    import hashlib
+
+    ids = {
+        p: hashlib.sha256(t.encode("utf-8", "surrogateescape")).hexdigest()
+        for p, t in files.items()
+    }
+    return Tree(dict(files), ids, {}, dict(kinds or {}))
+
+
+def detect_bump(base: Mapping[str, str], head: Mapping[str, str]) -> Assessment | None:
+    """The assessment of two trees (path -> text); None when no torch pin changed and every
+    changed file was read."""
+    result = assess(tree_of(base), tree_of(head))
+    return None if result.status == "unchanged" else result
+
+
+def _git(repo: Path, args: Sequence[str], ref: str) -> bytes:
+    argv = ["git", "-C", str(repo), *args]
+    try:
+        proc = subprocess.run(argv, capture_output=True, timeout=GIT_TIMEOUT_S, check=False)
+    except FileNotFoundError:
+        raise EnvironmentProblem("git is not installed (needed to read --base/--head)") from None
+    except subprocess.TimeoutExpired:
+        why = f"git {args[0]} timed out after {GIT_TIMEOUT_S:.0f}s"
+        raise InputError(f"cannot read git ref {ref!r}: {why}", file=str(repo)) from None
+    if proc.returncode != 0:
+        why = proc.stderr.decode("utf-8", "replace").strip() or f"git exited {proc.returncode}"
+        raise InputError(f"cannot read git ref {ref!r}: {why}", file=str(repo))
+    return proc.stdout
+
+
+def tree_at_ref(repo: Path, ref: str) -> Tree:
+    """The files that may pin torch as they are at a git ref, by path from the repository root."""
+    if not ref or ref.startswith("-"):
+        raise InputError(f"cannot read git ref {ref!r}: not a ref", file=str(repo))
+    listing = _git(repo, ["ls-tree", "-r", "-l", "-z", "--full-tree", ref], ref)
+    texts: dict[str, str] = {}
+    ids: dict[str, str] = {}
+    unread: dict[str, str] = {}
+    for entry in listing.decode("utf-8", "surrogateescape").split("\0"):
+        meta, _, path = entry.partition("\t")
+        if not path:
+            continue
+        mode, kind, obj, size = meta.split()
+        # Symlinks are blobs holding the target's name; submodules are commits.
+        if kind != "blob" or mode == "120000" or pin_file_kind(path) is None:
+            continue
+        ids[path] = obj
+        if size.isdigit() and int(size) > MAX_FILE_BYTES:
+            unread[path] = f"{int(size) >> 20} MiB, above the {MAX_FILE_BYTES >> 20} MiB read limit"
+            continue
+        # By object id, so that no path is ever read as a revision or an option.
+        blob = _git(repo, ["cat-file", "blob", obj], ref)
+        texts[path] = blob.decode("utf-8-sig", "replace")
+    return Tree(texts, ids, unread)
+
+
+def files_at_ref(repo: Path, ref: str) -> dict[str, str]:
+    """The texts of the files that may pin torch at a git ref (see tree_at_ref)."""
+    return tree_at_ref(repo, ref).texts

@@ -1,0 +1,215 @@
+"""The worker: runs exactly one cell (or the environment probe) in a fresh process.
+
+Driven by argv, answers through a result file. The parent never unpickles anything from here.
+Usage (internal):
+  python -m suite.worker probe --out FILE
+  python -m suite.worker cell --spec JSON --result FILE --run-id ID [--round N] [--path DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import faulthandler
+import os
+import sys
+import time
+import traceback
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from suite.core.results import atomic_write_json, base_result, utc_now, write_result
+from suite.core.spec import CellSpec
+from suite.worker.backends import get, mps_fallback_enabled
+from suite.worker.context import WorkerContext, fill_measurements, save_outputs, write_trace
+from suite.worker.measure import (
+    timer_overhead_s,
+)
+from suite.worker.ranks import (
+    fail_rank,
+    gather_ranks,
+    init_distributed,
+    rank_env,
+    shutdown_distributed,
+)
+from suite.workloads.base import Skip, Unsupported
+
+if TYPE_CHECKING:
+    pass
+
+_OOM_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory")
+_MPS_FALLBACK_MARKER = "fall back to run on the CPU"
+
+
+def _classify(exc: BaseException) -> tuple[str, str]:
+    """(status, failure mode) for an exception raised by a workload."""
+    import torch
+
+    if isinstance(exc, (Unsupported, NotImplementedError)):
+        return "unsupported", "unsupported"
+    if isinstance(exc, Skip):
+        return "skipped", "dependency"
+    if isinstance(exc, (MemoryError, torch.OutOfMemoryError)):
+        return "oom", "oom"
+    if isinstance(exc, RuntimeError) and any(m in str(exc).lower() for m in _OOM_MARKERS):
+        return "oom", "oom"
+    return "failed", "exception"
+
+
+# Tensors above this many elements are kept as a fixed strided sample: drift needs the same
+# elements on both sides, not all of them.
+
+
+def run_cell(
+    spec: CellSpec,
+    run_id: str,
+    round_no: int,
+    result_path: Path,
+    worker_start: float,
+    trace: Path | None = None,
+) -> int:
+    started_at = utc_now()
+    doc = base_result(spec, run_id, round_no, started_at)
+    t_import = time.perf_counter()
+    import torch
+
+    from suite.workloads import resolve
+
+    import_s = time.perf_counter() - t_import
+    doc["torch"] = {
+        "version": torch.__version__,
+        "git_version": getattr(torch.version, "git_version", None),
+    }
+    from suite.worker.envinfo import IMAGE_DIGEST_VAR, IMAGE_REF_VAR
+
+    if os.environ.get(IMAGE_DIGEST_VAR):
+        doc["image"] = {
+            "reference": os.environ.get(IMAGE_REF_VAR),
+            "digest": os.environ.get(IMAGE_DIGEST_VAR),
+        }
+    backend = get(spec.backend)
+    t_workload = time.perf_counter()
+    ctx: WorkerContext | None = None
+    caught: list[warnings.WarningMessage] = []
+    try:
+        resolved = resolve(spec.ref)
+        doc["source"] = resolved.source()
+        availability = backend.probe()
+        if not availability.available:
+            doc["status"] = "skipped"
+            doc["failure"] = {
+                "mode": "unavailable",
+                "message": availability.reason or "backend not available",
+            }
+        else:
+            if spec.backend == "mps":
+                doc["fallback"] = {
+                    "enabled": mps_fallback_enabled(),
+                    "happened": False,
+                    "messages": [],
+                }
+            size = dict(resolved.workload.sizes.get(spec.profile, {}))
+            ctx = WorkerContext(spec, backend, size)
+            if ctx.world_size > 1:
+                init_distributed(backend)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                resolved.workload.run(ctx)
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        status, mode = _classify(exc)
+        message = str(exc) or type(exc).__name__
+        doc["status"] = status
+        doc["failure"] = {
+            "mode": mode,
+            "message": message,
+            "exception_type": f"{type(exc).__module__}.{type(exc).__qualname__}",
+            "signal": None,
+            "exit_code": None,
+            "stderr_tail": "".join(traceback.format_exception(exc))[-4000:],
+        }
+        if rank_env()[1] > 1:
+            # The other ranks may wait in a collective this rank will never join: leave now,
+            # and torchrun stops them. The parent reads this part for the record.
+            fail_rank(doc, ctx.rank_metrics if ctx is not None else {}, result_path)
+    workload_s = time.perf_counter() - t_workload
+    if ctx is not None:
+        fill_measurements(doc, ctx)
+        if (
+            doc["status"] == "ok"
+            and doc["correctness"] is not None
+            and not doc["correctness"]["passed"]
+        ):
+            failed = [c["label"] for c in doc["correctness"]["checks"] if not c["passed"]]
+            doc["status"] = "failed"
+            doc["failure"] = {
+                "mode": "correctness",
+                "message": f"accuracy check failed for: {', '.join(failed)}",
+            }
+    fallback_msgs = [str(w.message) for w in caught if _MPS_FALLBACK_MARKER in str(w.message)]
+    if doc["fallback"] is not None and fallback_msgs:
+        doc["fallback"].update(happened=True, messages=fallback_msgs[:20])
+    doc["finished_at"] = utc_now()
+    doc["wall_s"] = time.perf_counter() - worker_start
+    doc["harness"] = {
+        "worker_wall_s": time.perf_counter() - worker_start,
+        "import_s": import_s,
+        "workload_s": workload_s,
+        "timed_s": ctx.timing.timed_s if ctx is not None and ctx.timing is not None else 0.0,
+        "timer_overhead_s": timer_overhead_s(repeats=2000),
+        "forked": os.environ.get("TORCH_MATRIX_FORKED") == "1",
+    }
+    if ctx is not None:
+        # Keeping outputs and traces is evidence on top of the measurement: if it breaks, the
+        # record says so and keeps the measurement.
+        try:
+            if ctx.outputs and round_no == 0 and ctx.rank == 0:  # one copy per side is enough
+                stem = result_path.name.removesuffix(".json")
+                saved = save_outputs(ctx, result_path.parent.parent / "tensors" / f"{stem}.pt")
+                saved["file"] = os.path.relpath(saved["file"], result_path.parent.parent)
+                doc["outputs"] = saved
+            if trace is not None and doc["status"] in ("ok", "failed"):
+                write_trace(ctx, trace)
+        except Exception as exc:  # the evidence is extra; the measurement stands
+            doc["warnings"].append(f"keeping outputs or trace failed: {type(exc).__name__}: {exc}")
+        ctx.cleanup()
+    if gather_ranks(doc, ctx.rank_metrics if ctx is not None else {}, result_path):
+        write_result(result_path, doc)
+    shutdown_distributed()
+    return 0
+
+
+def run_probe(out: Path) -> int:
+    from suite.worker.envinfo import environment
+
+    atomic_write_json(out, environment())
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    worker_start = time.perf_counter()
+    faulthandler.enable()  # a segfault still leaves a Python traceback in the cell's log
+    parser = argparse.ArgumentParser(prog="python -m suite.worker")
+    sub = parser.add_subparsers(dest="command", required=True)
+    probe = sub.add_parser("probe")
+    probe.add_argument("--out", required=True, type=Path)
+    cell = sub.add_parser("cell")
+    cell.add_argument("--spec", required=True)
+    cell.add_argument("--result", required=True, type=Path)
+    cell.add_argument("--run-id", required=True)
+    cell.add_argument("--round", type=int, default=0)
+    cell.add_argument("--path", action="append", default=[], help="prepend to sys.path (plugins)")
+    cell.add_argument("--trace", type=Path, help="also save a Chrome trace of one more step")
+    args = parser.parse_args(argv)
+    if args.command == "probe":
+        return run_probe(args.out)
+    for entry in reversed(args.path):
+        sys.path.insert(0, entry)
+    spec = CellSpec.from_json(args.spec)
+    return run_cell(spec, args.run_id, args.round, args.result, worker_start, args.trace)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+"""The environment record: what torch, what hardware, what settings a run saw."""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import socket
+import sys
+from typing import Any
+
+from suite.core.secrets import redact
+from suite.worker.backends import BACKENDS
+
+ENV_PREFIXES = (
+    "TORCH",
+    "PYTORCH",
+    "CUDA",
+    "NCCL",
+    "OMP",
+    "MKL",
+    "HIP",
+    "ROCM",
+    "HSA",
+    "KMP",
+    "GLOO",
+    "MALLOC_",
+)
+IMAGE_REF_VAR = "TORCH_MATRIX_IMAGE"
+IMAGE_DIGEST_VAR = "TORCH_MATRIX_IMAGE_DIGEST"
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def memory_total_bytes() -> int | None:
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            match = re.search(r"^MemTotal:\s+(\d+) kB", fh.read(), re.MULTILINE)
+    except OSError:
+        return None
+    return int(match.group(1)) * 1024 if match else None
+
+
+def relevant_env() -> dict[str, str]:
+    """The variables that shape a run (ENV_PREFIXES), secrets redacted (suite/core/secrets.py)."""
+    return redact({k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIXES)})
+
+
+def _package_versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out: dict[str, str] = {}
+    for name in ("torch", "numpy", "triton", "onnx", "onnxruntime", "onnxscript", "torchcomms"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            continue
+    return out
+
+
+def torch_info() -> dict[str, Any]:
+    import torch
+
+    cudnn: Any = None
+    try:
+        if torch.backends.cudnn.is_available():
+            cudnn = torch.backends.cudnn.version()
+    except Exception:
+        cudnn = None
+    nccl: str | None = None
+    try:
+        if torch.cuda.is_available() and hasattr(torch.cuda, "nccl"):
+            v = torch.cuda.nccl.version()
+            nccl = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+    except Exception:
+        nccl = None
+    return {
+        "version": torch.__version__,
+        "git_version": getattr(torch.version, "git_version", None),
+        "cuda": torch.version.cuda,
+        "hip": torch.version.hip,
+        "cudnn": cudnn,
+        "nccl": nccl,
+        "debug": bool(torch.version.debug),
+    }
+
+
+def environment() -> dict[str, Any]:
+    """Build the record in the interpreter that runs the cells (imports torch)."""
+    image = None
+    if os.environ.get(IMAGE_REF_VAR) or os.environ.get(IMAGE_DIGEST_VAR):  # set by the container
+        image = {
+            "reference": os.environ.get(IMAGE_REF_VAR),
+            "digest": os.environ.get(IMAGE_DIGEST_VAR),
+            "base": os.environ.get("TORCH_MATRIX_IMAGE_BASE"),
+        }
+    return {
+        "kind": "torch-matrix/environment",
+        "schema_version": 1,
+        "interpreter": sys.executable,
+        "python": platform.python_version(),
+        "os": {
+            "system": platform.system(),
+            "release": platform.release(),
+            "platform": platform.platform(),
+        },
+        "hostname": socket.gethostname(),
+        "cpu": {"model": cpu_model(), "logical_cores": os.cpu_count()},
+        "memory_total_bytes": memory_total_bytes(),
+        "torch": torch_info(),
+        "backends": {name: b.probe().as_dict() for name, b in BACKENDS.items()},
+        "env_vars": relevant_env(),
+        "image": image,
+        "packages": _package_versions(),
+    }

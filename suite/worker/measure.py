@@ -1,0 +1,169 @@
+"""Timing of a callable: cold start, warmup and steady-state samples, kept apart.
+
+The clock is injectable so that the loop logic can be tested without real time passing.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+Clock = Callable[[], int]  # monotonic nanoseconds
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How long to measure. Sampling stops once both minimums are met, or at either maximum."""
+
+    warmup_iters: int
+    min_iters: int
+    max_iters: int
+    min_time_s: float
+    max_time_s: float
+    # A sample times a block of calls lasting at least this long (the per-call time is the
+    # block's mean): sub-millisecond kernels timed one call at a time spread by scheduler
+    # jitter alone, and their noise would hide any real change. 0 times single calls.
+    min_sample_s: float = 0.0
+
+
+# Enough samples per process for a stable statistic: aim for min_iters (200), and past
+# max_time_s stop only once FLOOR_SAMPLES are in. Blocks of calls keep short kernels above
+# timer and scheduler jitter.
+BUDGETS: dict[str, Budget] = {
+    "smoke": Budget(
+        warmup_iters=3,
+        min_iters=200,
+        max_iters=2000,
+        min_time_s=0.2,
+        max_time_s=0.6,
+        min_sample_s=0.002,
+    ),
+    "full": Budget(
+        warmup_iters=10,
+        min_iters=200,
+        max_iters=10000,
+        min_time_s=2.0,
+        max_time_s=10.0,
+        min_sample_s=0.01,
+    ),
+}
+FLOOR_SAMPLES = 20
+# Calls in the separate peak-memory pass, after the timed samples.
+MEMORY_PASS_CALLS = 3
+MAX_CALLS_PER_SAMPLE = 10_000
+
+
+@dataclass
+class Timing:
+    cold_start_s: float | None = None
+    compile_s: float | None = None
+    warmup_s: float | None = None
+    warmup_iters: int = 0
+    samples_s: list[float] = field(default_factory=list)
+    timed_s: float = 0.0
+    calls_per_sample: int = 1
+
+    def as_dict(self) -> dict[str, Any]:
+        from suite.core.stats import summarize
+
+        return {
+            "cold_start_s": self.cold_start_s,
+            "compile_s": self.compile_s,
+            "warmup_s": self.warmup_s,
+            "warmup_iters": self.warmup_iters,
+            "samples_s": self.samples_s,
+            "calls_per_sample": self.calls_per_sample,
+            "summary": dict(summarize(self.samples_s)),
+        }
+
+
+def time_block(fn: Callable[[], Any], sync: Callable[[], None], clock: Clock, calls: int) -> float:
+    """Mean seconds per call over a synchronized block of calls."""
+    sync()
+    start = clock()
+    for _ in range(calls):
+        fn()
+    sync()
+    return (clock() - start) / 1e9 / calls
+
+
+def calls_per_sample(one_call_s: float, budget: Budget) -> int:
+    if budget.min_sample_s <= 0 or one_call_s >= budget.min_sample_s:
+        return 1
+    return min(MAX_CALLS_PER_SAMPLE, math.ceil(budget.min_sample_s / max(one_call_s, 1e-9)))
+
+
+def time_call(fn: Callable[[], Any], sync: Callable[[], None], clock: Clock) -> float:
+    """One synchronized call, in seconds."""
+    sync()
+    start = clock()
+    fn()
+    sync()
+    return (clock() - start) / 1e9
+
+
+def run_timed(
+    fn: Callable[[], Any],
+    sync: Callable[[], None],
+    budget: Budget,
+    *,
+    clock: Clock = time.perf_counter_ns,
+    compiled: bool = False,
+    floor: int = FLOOR_SAMPLES,
+) -> Timing:
+    """Cold call, warmup, then samples of synchronized blocks of calls. Nothing else runs in
+    the timed region: memory instruments have a pass of their own (memory_pass)."""
+    timing = Timing()
+    timing.cold_start_s = time_call(fn, sync, clock)
+    if compiled:
+        timing.compile_s = timing.cold_start_s
+    warm_start = clock()
+    warm = [time_call(fn, sync, clock) for _ in range(budget.warmup_iters)]
+    timing.warmup_iters = budget.warmup_iters
+    timing.warmup_s = (clock() - warm_start) / 1e9
+    calls = calls_per_sample(min(warm, default=timing.cold_start_s), budget)
+    timing.calls_per_sample = calls
+    samples: list[float] = []
+    begin = clock()
+    while True:
+        samples.append(time_block(fn, sync, clock, calls))
+        elapsed = (clock() - begin) / 1e9
+        enough = len(samples) >= budget.min_iters and elapsed >= budget.min_time_s
+        out_of_time = elapsed >= budget.max_time_s and len(samples) >= min(floor, budget.max_iters)
+        if enough or len(samples) >= budget.max_iters or out_of_time:
+            break
+    timing.timed_s = (clock() - begin) / 1e9
+    timing.samples_s = samples
+    return timing
+
+
+def memory_pass(
+    fn: Callable[[], Any],
+    sync: Callable[[], None],
+    start: Callable[[], None],
+    stop: Callable[[], None],
+    calls: int = MEMORY_PASS_CALLS,
+) -> None:
+    """Steady-state calls under the memory tracker, apart from (after) the timed samples."""
+    sync()
+    start()
+    try:
+        for _ in range(calls):
+            fn()
+        sync()
+    finally:
+        stop()
+
+
+def timer_overhead_s(clock: Clock = time.perf_counter_ns, repeats: int = 20000) -> float:
+    """Median cost of one empty timed sample (two clock reads and two no-op syncs)."""
+    from suite.core.stats import quantile
+
+    def nothing() -> None:
+        return None
+
+    costs = sorted(time_call(nothing, nothing, clock) for _ in range(repeats))
+    return quantile(costs, 0.5)
