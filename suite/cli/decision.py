@@ -18,16 +18,15 @@ from suite.cli.options import (
     CALIBRATE_EXIT_CODES,
     DECISION_EXIT_CODES,
     DEFAULT_CALIBRATION,
+    CellChoice,
     calibration_option,
     format_option,
     github_step_option,
     matrix_options,
-    memory_limit_bytes,
     policy_options,
     warn_below_resolution,
 )
 from suite.core.errors import InputError
-from suite.core.matrix import select_cells
 from suite.github.outputs import append_summary
 from suite.report import write_reports
 
@@ -99,13 +98,7 @@ def finish_decision(
 def ab(
     baseline: str,
     candidate: str | None,
-    matrix_file: Path | None,
-    workloads: Sequence[str],
-    backends: Sequence[str],
-    cell_ids: Sequence[str],
-    size: str | None,
-    timeout: float | None,
-    memory_limit: float | None,
+    chosen: CellChoice,
     policy_file: Path | None,
     policy_profile: str | None,
     rounds: int | None,
@@ -124,7 +117,7 @@ def ab(
     from suite.judge.policy import load_policy
 
     policy = load_policy(policy_file, policy_profile)  # fixed before anything runs
-    matrix, cells, resolved = select_cells(matrix_file, workloads, backends, cell_ids, size)
+    matrix, cells, resolved = chosen.select()
     warn_below_resolution(calibration_file, cells, lambda: policy)
     if resume:
         if out is None:
@@ -158,8 +151,8 @@ def ab(
     options = AbOptions(
         out=out,
         rounds=rounds,
-        timeout_s=timeout,
-        memory_limit_bytes=memory_limit_bytes(memory_limit),
+        timeout_s=chosen.timeout,
+        memory_limit_bytes=chosen.memory_limit_bytes,
         progress=Progress(len(cells) * design.looks[0] * 2, stream=sys.stderr),
         traces=not no_traces,
         resume=resume,
@@ -202,13 +195,7 @@ def ab(
 )
 @handles_errors
 def calibrate(
-    matrix_file: Path | None,
-    workloads: Sequence[str],
-    backends: Sequence[str],
-    cell_ids: Sequence[str],
-    size: str | None,
-    timeout: float | None,
-    memory_limit: float | None,
+    chosen: CellChoice,
     policy_file: Path | None,
     policy_profile: str | None,
     side: str,
@@ -228,7 +215,7 @@ def calibrate(
     from suite.report.calibration import render_calibration
 
     policy = load_policy(policy_file, policy_profile)
-    matrix, cells, resolved = select_cells(matrix_file, workloads, backends, cell_ids, size)
+    matrix, cells, resolved = chosen.select()
     check_out(out, force)
     runs = runs or Path("torch-matrix-runs") / f"calibrate-{new_run_id()}"
     click.echo(f"preparing {side} …", err=True)
@@ -242,8 +229,8 @@ def calibrate(
         out=out,
         runs=runs,
         rounds=rounds,
-        timeout_s=timeout,
-        memory_limit_bytes=memory_limit_bytes(memory_limit),
+        timeout_s=chosen.timeout,
+        memory_limit_bytes=chosen.memory_limit_bytes,
         progress=Progress(len(cells) * rounds * 2, stream=sys.stderr),
         force=force,
     )

@@ -1,20 +1,21 @@
-"""Options and edge helpers that commands in several modules share.
-
-A module of its own because suite.cli.main registers the commands of suite.cli.ci at import time:
-the option decorators those commands need cannot come from suite.cli.main without a cycle.
-"""
+"""The option groups and exit-code tables that commands in several modules share, and the
+CellChoice the matrix options hand a command. It imports no command."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import click
 
 if TYPE_CHECKING:
+    from suite.core.matrix import Matrix
     from suite.core.spec import CellSpec
     from suite.judge.policy import Policy
+    from suite.workloads import Resolved
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -81,8 +82,58 @@ Exit codes:
   130  interrupted"""
 
 
+@dataclass(frozen=True)
+class CellChoice:
+    """What the matrix options chose: which cells, at which size, under which limits."""
+
+    matrix_file: Path | None
+    workloads: tuple[str, ...]
+    backends: tuple[str, ...]
+    cell_ids: tuple[str, ...]
+    size: str | None
+    timeout: float | None
+    memory_limit: float | None
+
+    def select(self, size: str | None = None) -> tuple[Matrix, list[CellSpec], dict[str, Resolved]]:
+        """The matrix and its chosen cells; size overrides --size (a deprecated spelling)."""
+        from suite.core.matrix import select_cells
+
+        return select_cells(
+            self.matrix_file, self.workloads, self.backends, self.cell_ids, size or self.size
+        )
+
+    @property
+    def memory_limit_bytes(self) -> int | None:
+        """--memory-limit in bytes; by default 90% of this machine's memory."""
+        from suite.execute.environment import default_memory_limit
+
+        if self.memory_limit:
+            return int(self.memory_limit * 2**30)
+        return default_memory_limit()
+
+
 def matrix_options(fn: F) -> F:
-    """The options that choose cells, shared by run and ab."""
+    """The options that choose cells, shared by run, ab and calibrate: the command receives
+    them as one CellChoice, its `chosen` argument."""
+
+    @functools.wraps(fn)
+    def with_choice(
+        *args: Any,
+        matrix_file: Path | None,
+        workloads: Sequence[str],
+        backends: Sequence[str],
+        cell_ids: Sequence[str],
+        size: str | None,
+        timeout: float | None,
+        memory_limit: float | None,
+        **kwargs: Any,
+    ) -> Any:
+        chosen = CellChoice(
+            matrix_file, tuple(workloads), tuple(backends), tuple(cell_ids), size, timeout,
+            memory_limit,
+        )  # fmt: skip
+        return fn(*args, chosen=chosen, **kwargs)
+
     decorators = [
         click.option(
             "--matrix",
@@ -130,15 +181,10 @@ def matrix_options(fn: F) -> F:
             help="Address-space limit for each CPU cell's worker (default: 90% of RAM).",
         ),
     ]
+    command: Any = with_choice
     for decorator in reversed(decorators):
-        fn = decorator(fn)
-    return fn
-
-
-def memory_limit_bytes(memory_limit: float | None) -> int | None:
-    from suite.execute.environment import default_memory_limit
-
-    return int(memory_limit * 2**30) if memory_limit else default_memory_limit()
+        command = decorator(command)
+    return cast(F, command)
 
 
 DECISION_EXIT_CODES = """\b

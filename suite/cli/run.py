@@ -14,11 +14,10 @@ from suite import __version__
 from suite.cli.edge import handles_errors
 from suite.cli.options import (
     EXIT_CODES,
+    CellChoice,
     matrix_options,
-    memory_limit_bytes,
 )
 from suite.core.errors import InputError, warn
-from suite.core.matrix import select_cells
 
 
 @click.command(epilog=EXIT_CODES)
@@ -48,13 +47,7 @@ from suite.core.matrix import select_cells
 )
 @handles_errors
 def run(
-    matrix_file: Path | None,
-    workloads: Sequence[str],
-    backends: Sequence[str],
-    cell_ids: Sequence[str],
-    size: str | None,
-    timeout: float | None,
-    memory_limit: float | None,
+    chosen: CellChoice,
     size_alias: str | None,
     out: Path | None,
     resume: bool,
@@ -71,9 +64,7 @@ def run(
             f"run --profile {size_alias} is deprecated for the problem size: "
             f"use --size {size_alias}"
         )
-    matrix, cells, resolved = select_cells(
-        matrix_file, workloads, backends, cell_ids, size or size_alias
-    )
+    matrix, cells, resolved = chosen.select(size_alias)
     run_id = new_run_id()
     if out is None:
         if resume:
@@ -83,8 +74,8 @@ def run(
         out=out,
         interpreter=interpreter,
         resume=resume,
-        timeout_s=timeout,
-        memory_limit_bytes=memory_limit_bytes(memory_limit),
+        timeout_s=chosen.timeout,
+        memory_limit_bytes=chosen.memory_limit_bytes,
         command=["torch-matrix", *sys.argv[1:]],
         progress=Progress(len(cells), stream=sys.stderr),
         run_id=run_id,
