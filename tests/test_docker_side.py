@@ -19,6 +19,7 @@ from click.testing import CliRunner
 from suite.cli.repro import repro
 from suite.core.errors import EnvironmentProblem
 from suite.execute.docker import ContainerLauncher, docker_run_line, exit_status, forwarded_env
+from suite.execute.launch import Step
 from suite.execute.mounts import collapse, mounts_for, uncovered
 from suite.execute.sides import parse
 from tests.synthetic import ENV, Cell, make_run
@@ -93,7 +94,9 @@ def launch(
         "MALLOC_MMAP_THRESHOLD_": "131072",
         "TORCHINDUCTOR_CACHE_DIR": str(run_dir / ".inductor-cache" / "x@cpu"),
     }
-    outcome = launcher(argv, log_path=log, timeout_s=timeout_s, env=env, memory_limit_bytes=2**30)
+    outcome = launcher(
+        Step(argv, log_path=log, timeout_s=timeout_s, env=env, memory_limit_bytes=2**30)
+    )
     return outcome, client, log
 
 
@@ -226,7 +229,7 @@ def test_a_host_path_no_mount_covers_is_refused(tmp_path: Path) -> None:
     client = FakeClient(FakeContainer())
     launcher = ContainerLauncher(image=DIGEST, client_factory=lambda: client)
     with pytest.raises(EnvironmentProblem, match="no mount covers"):
-        launcher(argv, log_path=tmp_path / "log", timeout_s=5.0)
+        launcher(Step(argv, log_path=tmp_path / "log", timeout_s=5.0))
     assert client.created == {}  # refused before any container exists
 
 

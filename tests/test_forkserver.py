@@ -24,7 +24,7 @@ from suite.execute.cell import worker_argv
 from suite.execute.environment import RunOptions, worker_env
 from suite.execute.forkclient import ForkServer, fork_launcher_enabled
 from suite.execute.forkserver import Request, import_time_env
-from suite.execute.launch import Launcher, Outcome, run_process
+from suite.execute.launch import Launcher, Outcome, Step, run_process
 from tests.helpers import PLANTED, REPO, TESTS
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
@@ -98,7 +98,7 @@ def _cell(
     result = tmp / "cells" / f"{spec.cell_id}.json"
     log = tmp / "logs" / f"{spec.cell_id}.log"
     argv = worker_argv(sys.executable, spec, result, new_run_id(), 0)
-    outcome = launcher(argv, log_path=log, timeout_s=timeout_s, env=env, cwd=cwd)
+    outcome = launcher(Step(argv, log_path=log, timeout_s=timeout_s, env=env, cwd=cwd))
     return outcome, (read_result(result) if result.is_file() else None), log
 
 
@@ -181,7 +181,9 @@ def test_what_the_server_cannot_start_faithfully_starts_plainly(
     with ForkServer(sys.executable, env, tmp_path / "server.log") as server:
         out = tmp_path / "ppid.txt"
         code = f"import os; open({str(out)!r}, 'w').write(str(os.getppid()))"
-        outcome = server([sys.executable, "-c", code], log_path=tmp_path / "c.log", timeout_s=60)
+        outcome = server(
+            Step([sys.executable, "-c", code], log_path=tmp_path / "c.log", timeout_s=60)
+        )
         assert outcome.returncode == 0 and out.read_text() == str(os.getpid())
         assert server.server_pid is None  # torchrun-shaped or foreign argv never starts it
         threads = {**env, "OMP_NUM_THREADS": "1" if env.get("OMP_NUM_THREADS") != "1" else "2"}
@@ -239,9 +241,10 @@ PARENT = """
 import json, sys
 from pathlib import Path
 from suite.execute.forkclient import ForkServer
+from suite.execute.launch import Step
 argv, env, log, server_log = json.loads(sys.argv[1])
 with ForkServer(sys.executable, env, Path(server_log)) as server:
-    server(argv, log_path=Path(log), timeout_s=600, env=env)
+    server(Step(argv, log_path=Path(log), timeout_s=600, env=env))
 """
 
 
@@ -268,13 +271,15 @@ def test_a_server_that_cannot_start_says_why(env: dict[str, str], tmp_path: Path
     server = ForkServer(str(broken), env, tmp_path / "server.log")
     argv = [str(broken), "-m", "suite.worker", "probe", "--out", str(tmp_path / "env.json")]
     with pytest.raises(EnvironmentProblem, match="no torch in this interpreter"):
-        server(argv, log_path=tmp_path / "probe.log", timeout_s=60, env=env)
+        server(Step(argv, log_path=tmp_path / "probe.log", timeout_s=60, env=env))
     with pytest.raises(EnvironmentProblem, match="cannot start the fork server"):
         ForkServer(str(tmp_path / "absent"), env, tmp_path / "s.log")(
-            [str(tmp_path / "absent"), "-m", "suite.worker", "probe"],
-            log_path=tmp_path / "p.log",
-            timeout_s=60,
-            env=env,
+            Step(
+                [str(tmp_path / "absent"), "-m", "suite.worker", "probe"],
+                log_path=tmp_path / "p.log",
+                timeout_s=60,
+                env=env,
+            ),
         )
 
 

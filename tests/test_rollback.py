@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from suite.execute.environment import RunOptions, worker_env
-from suite.execute.launch import Outcome, run_process
+from suite.execute.launch import Outcome, Step, run_process
 from suite.execute.sides import Side
 from suite.flows.rollback import compatibility
 from suite.judge.rollback import compatibility_cells, judge_rehearsal
@@ -29,18 +28,10 @@ class _Run:
 
 
 def _side(planted: bool) -> Side:
-    def launcher(
-        argv: Sequence[str],
-        *,
-        log_path: Path,
-        timeout_s: float,
-        env: Mapping[str, str] | None = None,
-        cwd: Path | None = None,
-        memory_limit_bytes: int | None = None,
-    ) -> Outcome:
-        outcome = run_process(argv, log_path=log_path, timeout_s=timeout_s, env=env)
-        if planted and "write" in argv:
-            _rename_keys(Path(argv[argv.index("--into") + 1]))
+    def launcher(step: Step) -> Outcome:
+        outcome = run_process(step)
+        if planted and "write" in step.argv:
+            _rename_keys(Path(step.argv[list(step.argv).index("--into") + 1]))
         return outcome
 
     return Side("current", "current", sys.executable, 0.0, "current", launcher=launcher)

@@ -38,7 +38,7 @@ def _schema_text(name: str) -> str:
         return resources.files("suite.schemas").joinpath(name).read_text(encoding="utf-8")
     except (ModuleNotFoundError, FileNotFoundError):
         # A source checkout that was never installed: read the folder directly.
-        return (Path(__file__).resolve().parent.parent / "schemas" / name).read_text("utf-8")
+        return (Path(__file__).resolve().parents[2] / "schemas" / name).read_text("utf-8")
 
 
 @functools.cache

@@ -22,7 +22,7 @@ from suite.core.results import (
 )
 from suite.core.spec import CellSpec
 from suite.execute.environment import RunOptions
-from suite.execute.launch import Launcher, Outcome, read_tail
+from suite.execute.launch import Launcher, Outcome, Step, read_tail
 
 
 def _record_for_outcome(
@@ -179,7 +179,7 @@ def run_cell(
     env = {**env, "TORCHINDUCTOR_CACHE_DIR": str(cache)}
     try:
         outcome = (launcher or options.launcher)(
-            argv, log_path=log, timeout_s=timeout, env=env, memory_limit_bytes=memory_limit
+            Step(argv, log_path=log, timeout_s=timeout, env=env, memory_limit_bytes=memory_limit)
         )
     finally:
         shutil.rmtree(cache, ignore_errors=True)

@@ -28,7 +28,7 @@ from typing import Any
 from suite.core.errors import EnvironmentProblem, InputError
 from suite.core.secrets import without_secrets
 from suite.execute.devices import device_flags, device_options
-from suite.execute.launch import TERM_GRACE_S, Outcome
+from suite.execute.launch import TERM_GRACE_S, Outcome, Step
 from suite.execute.mounts import collapse, mounts_for, uncovered
 from suite.execute.side_record import Side
 from suite.worker.envinfo import ENV_PREFIXES, IMAGE_DIGEST_VAR, IMAGE_REF_VAR
@@ -108,19 +108,11 @@ class ContainerLauncher:
     extra_mounts: tuple[tuple[str, str], ...] = ()  # (host path, "rw" | "ro")
     client_factory: Callable[[], Any] = docker_client
 
-    def __call__(
-        self,
-        argv: Sequence[str],
-        *,
-        log_path: Path,
-        timeout_s: float,
-        env: Mapping[str, str] | None = None,
-        cwd: Path | None = None,
-        memory_limit_bytes: int | None = None,
-    ) -> Outcome:
+    def __call__(self, step: Step) -> Outcome:
         client = self.client_factory()
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        modes = {**mounts_for(argv, env, cwd, create=True), **dict(self.extra_mounts)}
+        step.log_path.parent.mkdir(parents=True, exist_ok=True)
+        argv, cwd = step.argv, step.cwd
+        modes = {**mounts_for(argv, step.env, cwd, create=True), **dict(self.extra_mounts)}
         mounts = collapse(modes)
         missing = uncovered(argv, mounts, cwd)
         if missing:
@@ -133,7 +125,7 @@ class ContainerLauncher:
             "entrypoint": [argv[0]],
             "command": list(argv[1:]),
             "environment": {
-                **forwarded_env(env or {}),
+                **forwarded_env(step.env or {}),
                 "HOME": CONTAINER_HOME,
                 **image_env(self.reference, self.digest, self.base),
             },
@@ -153,17 +145,17 @@ class ContainerLauncher:
         # The host's working directory, so that relative paths mean what they meant there;
         # Docker creates it inside when no mount covers it.
         options["working_dir"] = str(Path(cwd if cwd is not None else Path.cwd()).absolute())
-        if memory_limit_bytes is not None:
-            options.update(mem_limit=memory_limit_bytes, memswap_limit=memory_limit_bytes)
+        if step.memory_limit_bytes is not None:
+            options.update(mem_limit=step.memory_limit_bytes, memswap_limit=step.memory_limit_bytes)
         start = time.perf_counter()
         container = client.containers.create(self.image, **options)
         try:
             container.start()
             timed_out = False
             try:
-                exit_code = int(container.wait(timeout=timeout_s)["StatusCode"])
+                exit_code = int(container.wait(timeout=step.timeout_s)["StatusCode"])
             except Exception as exc:  # the SDK raises requests' or urllib3's timeout, by version
-                if time.perf_counter() - start < timeout_s * 0.99:
+                if time.perf_counter() - start < step.timeout_s * 0.99:
                     raise EnvironmentProblem(
                         f"waiting for container {container.id}: {exc}"
                     ) from exc
@@ -171,7 +163,7 @@ class ContainerLauncher:
                 with contextlib.suppress(Exception):
                     container.stop(timeout=int(TERM_GRACE_S))  # SIGTERM, then SIGKILL
             wall = time.perf_counter() - start
-            with open(log_path, "wb") as log:
+            with open(step.log_path, "wb") as log:
                 for chunk in container.logs(stdout=True, stderr=True, stream=True):
                     log.write(chunk)
             container.reload()
@@ -184,7 +176,7 @@ class ContainerLauncher:
         code, sig = exit_status(exit_code, oom)
         # A cgroup OOM kill leaves no rusage; the peak was at the limit, which is what the
         # runner reads as an out-of-memory SIGKILL.
-        maxrss = memory_limit_bytes if oom else None
+        maxrss = step.memory_limit_bytes if oom else None
         return Outcome(code, sig, False, wall, maxrss)
 
 

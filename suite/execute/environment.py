@@ -15,7 +15,7 @@ from typing import Any
 from suite.core.errors import EnvironmentProblem
 from suite.core.progress import Progress
 from suite.core.validation import validate
-from suite.execute.launch import Launcher, Outcome, read_tail, run_process
+from suite.execute.launch import Launcher, Outcome, Step, read_tail, run_process
 
 PROBE_TIMEOUT_S = 300.0
 
@@ -41,8 +41,15 @@ class RunOptions:
     launcher: Launcher = run_process
 
 
+def _package() -> Path:
+    """The folder of the suite package itself (not of this module, which sits inside it)."""
+    import suite
+
+    return Path(suite.__file__).resolve().parent
+
+
 def suite_commit() -> tuple[str | None, bool | None]:
-    here = Path(__file__).resolve().parent.parent
+    here = _package().parent
     try:
         commit = subprocess.run(
             ["git", "-C", str(here), "rev-parse", "HEAD"],
@@ -81,7 +88,7 @@ def suite_import_root() -> Path:
     pin) that lacks it. Putting the suite's parent folder on the path would also expose that
     folder's other packages, the parent interpreter's torch among them when it is site-packages.
     """
-    package = Path(__file__).resolve().parent
+    package = _package()
     root = (
         Path(tempfile.gettempdir()) / f"torch-matrix-src-{os.getuid()}-{_short_hash(str(package))}"
     )
@@ -106,12 +113,9 @@ def probe_environment(
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="torch-matrix-probe-") as tmp:
         out = Path(tmp) / "env.json"
-        outcome = (launcher or options.launcher)(
-            [options.interpreter, "-m", "suite.worker", "probe", "--out", str(out)],
-            log_path=log_dir / "probe.log",
-            timeout_s=PROBE_TIMEOUT_S,
-            env=worker_env(options),
-        )
+        argv = [options.interpreter, "-m", "suite.worker", "probe", "--out", str(out)]
+        step = Step(argv, log_dir / "probe.log", PROBE_TIMEOUT_S, env=worker_env(options))
+        outcome = (launcher or options.launcher)(step)
         if outcome.returncode != 0 or not out.is_file():
             raise EnvironmentProblem(
                 f"probing {options.interpreter} failed ({_describe(outcome)}); is torch installed "

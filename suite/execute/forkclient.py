@@ -28,6 +28,7 @@ from suite.execute.forkserver import Request, import_time_env
 from suite.execute.launch import (
     TERM_GRACE_S,
     Outcome,
+    Step,
     _preexec,
     read_tail,
     run_process,
@@ -161,32 +162,15 @@ class ForkServer:
     def server_pid(self) -> int | None:
         return self._server.proc.pid if self._server is not None else None
 
-    def __call__(
-        self,
-        argv: Sequence[str],
-        *,
-        log_path: Path,
-        timeout_s: float,
-        env: Mapping[str, str] | None = None,
-        cwd: Path | None = None,
-        memory_limit_bytes: int | None = None,
-    ) -> Outcome:
-        request_env = dict(os.environ if env is None else env)
-        rest = self._worker_args(argv)
+    def __call__(self, step: Step) -> Outcome:
+        request_env = dict(os.environ if step.env is None else step.env)
+        rest = self._worker_args(step.argv)
         if rest is None or import_time_env(request_env) != self._frozen:
-            return run_process(
-                argv,
-                log_path=log_path,
-                timeout_s=timeout_s,
-                env=env,
-                cwd=cwd,
-                memory_limit_bytes=memory_limit_bytes,
-            )
-        request = Request(
-            rest, str(log_path), request_env, None if cwd is None else str(cwd), memory_limit_bytes
-        )
+            return run_process(step)
+        cwd = None if step.cwd is None else str(step.cwd)
+        request = Request(rest, str(step.log_path), request_env, cwd, step.memory_limit_bytes)
         with self._lock:
-            return self._fork(request, log_path, timeout_s)
+            return self._fork(request, step.log_path, step.timeout_s)
 
     def _worker_args(self, argv: Sequence[str]) -> tuple[str, ...] | None:
         """argv after ``interpreter -m suite.worker``; None for any other command."""

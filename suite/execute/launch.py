@@ -25,19 +25,22 @@ _PR_SET_PDEATHSIG = 1
 TERM_GRACE_S = 3.0
 
 
-class Launcher(Protocol):
-    """Runs a worker's argv to completion or timeout. run_process is the local one."""
+@dataclass(frozen=True)
+class Step:
+    """One process to run, and how: what every launcher takes."""
 
-    def __call__(
-        self,
-        argv: Sequence[str],
-        *,
-        log_path: Path,
-        timeout_s: float,
-        env: Mapping[str, str] | None = None,
-        cwd: Path | None = None,
-        memory_limit_bytes: int | None = None,
-    ) -> Outcome: ...
+    argv: Sequence[str]
+    log_path: Path  # stdout and stderr, together
+    timeout_s: float
+    env: Mapping[str, str] | None = None  # None: this process's environment
+    cwd: Path | None = None
+    memory_limit_bytes: int | None = None  # an address-space limit (CPU cells only)
+
+
+class Launcher(Protocol):
+    """Runs a step to completion or timeout. run_process is the local one."""
+
+    def __call__(self, step: Step) -> Outcome: ...
 
 
 @dataclass(frozen=True)
@@ -70,16 +73,12 @@ def _preexec(memory_limit_bytes: int | None) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (memory_limit_bytes, memory_limit_bytes))
 
 
-def run_process(
-    argv: Sequence[str],
-    *,
-    log_path: Path,
-    timeout_s: float,
-    env: Mapping[str, str] | None = None,
-    cwd: Path | None = None,
-    memory_limit_bytes: int | None = None,
-) -> Outcome:
-    """Run argv with stdout+stderr to log_path; kill its process group after timeout_s."""
+def run_process(step: Step) -> Outcome:
+    """Run the step's argv with stdout+stderr to its log; kill its process group after its
+    timeout."""
+    argv, log_path, timeout_s, env, memory_limit_bytes = (
+        step.argv, step.log_path, step.timeout_s, step.env, step.memory_limit_bytes
+    )  # fmt: skip
     log_path.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     with open(log_path, "wb") as log:
@@ -89,7 +88,7 @@ def run_process(
             stdout=log,
             stderr=subprocess.STDOUT,
             env=dict(env) if env is not None else None,
-            cwd=cwd,
+            cwd=step.cwd,
             start_new_session=True,
             preexec_fn=lambda: _preexec(memory_limit_bytes),
         )

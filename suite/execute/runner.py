@@ -30,7 +30,7 @@ from suite.core.spec import CellSpec
 from suite.execute.cell import run_cell, worker_argv
 from suite.execute.environment import RunOptions, probe_environment, suite_commit, worker_env
 from suite.execute.forkclient import ForkServer, fork_launcher_enabled
-from suite.execute.launch import Launcher, run_process
+from suite.execute.launch import Launcher, Step, run_process
 from suite.workloads import Resolved
 
 
@@ -260,10 +260,12 @@ class Run:
         argv = worker_argv(self.options.interpreter, spec, result, self.run_id, 0)
         argv += ["--trace", str(trace)]
         self.launcher(
-            argv,
-            log_path=trace_dir / f"{stem}.log",
-            timeout_s=self.options.timeout_s or spec.timeout_s,
-            env=self.worker_env,
+            Step(
+                argv,
+                log_path=trace_dir / f"{stem}.log",
+                timeout_s=self.options.timeout_s or spec.timeout_s,
+                env=self.worker_env,
+            ),
         )
         return trace if trace.is_file() else None
 

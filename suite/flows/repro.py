@@ -14,6 +14,7 @@ from typing import Any
 
 from suite.core.errors import EnvironmentProblem, InputError
 from suite.core.results import cell_file, new_run_id, read_result, read_run
+from suite.execute.launch import Step
 from suite.workloads import file_part
 
 REPRO_DIR = "repro"
@@ -192,7 +193,7 @@ def reproduce(plan: Plan) -> tuple[Path, dict[str, Any]]:
             base=plan.image.get("base"),
             backend=plan.backend,
         )
-        outcome = launcher(plan.argv, log_path=log, timeout_s=plan.timeout_s, env=plan.env)
+        outcome = launcher(Step(plan.argv, log_path=log, timeout_s=plan.timeout_s, env=plan.env))
         if outcome.timed_out:
             raise EnvironmentProblem(f"the reproduction ran past {plan.timeout_s:.0f}s; log: {log}")
         sys.stderr.write(log.read_text("utf-8", errors="replace"))

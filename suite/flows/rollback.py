@@ -13,6 +13,7 @@ from suite.core.matrix import Matrix
 from suite.core.results import atomic_write_json
 from suite.core.spec import CellSpec
 from suite.execute.environment import RunOptions
+from suite.execute.launch import Step
 from suite.execute.runner import Run
 from suite.execute.sides import Side, prepare
 from suite.judge.rollback import DIRECTIONS, RECORD, direction
@@ -24,8 +25,8 @@ STEP_TIMEOUT_S = 900.0
 def _step(side: Side, run: Run, args: list[str], log: Path) -> int | None:
     """One half in the side's interpreter: its exit code, None when it timed out."""
     outcome = side.launcher(
-        [side.interpreter, "-m", "suite.worker.rollback", *args],
-        log_path=log, timeout_s=STEP_TIMEOUT_S, env=run.worker_env,
+        Step([side.interpreter, "-m", "suite.worker.rollback", *args],
+        log_path=log, timeout_s=STEP_TIMEOUT_S, env=run.worker_env),
     )  # fmt: skip
     return None if outcome.timed_out else outcome.returncode
 
