@@ -11,6 +11,7 @@ import re
 import sys
 import threading
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -276,6 +277,16 @@ def _nvidia_driver() -> str | None:
     )
 
 
+def _gpus(absent: str, driver: Callable[[], str | None]) -> Availability:
+    """The GPUs torch.cuda sees (NVIDIA, or AMD through HIP), or why it sees none."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return Availability(False, f"torch.cuda.is_available() is False: {absent}")
+    names = tuple(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
+    return Availability(True, devices=names, driver=driver())
+
+
 class CudaBackend(Backend):
     name = "cuda"
     device_type = "cuda"
@@ -287,12 +298,7 @@ class CudaBackend(Backend):
             return Availability(False, "this torch is a ROCm (HIP) build; use the 'rocm' backend")
         if torch.version.cuda is None:
             return Availability(False, f"torch {torch.__version__} is not a CUDA build")
-        if not torch.cuda.is_available():
-            return Availability(
-                False, "torch.cuda.is_available() is False: no usable NVIDIA GPU or driver"
-            )
-        names = tuple(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
-        return Availability(True, devices=names, driver=_nvidia_driver())
+        return _gpus("no usable NVIDIA GPU or driver", _nvidia_driver)
 
     def sync(self) -> None:
         import torch
@@ -312,12 +318,7 @@ class RocmBackend(CudaBackend):
 
         if torch.version.hip is None:
             return Availability(False, f"torch {torch.__version__} is not a ROCm (HIP) build")
-        if not torch.cuda.is_available():
-            return Availability(
-                False, "torch.cuda.is_available() is False: no usable AMD GPU (/dev/kfd, /dev/dri)"
-            )
-        names = tuple(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
-        return Availability(True, devices=names, driver=None)
+        return _gpus("no usable AMD GPU (/dev/kfd, /dev/dri)", lambda: None)
 
 
 class MpsBackend(Backend):

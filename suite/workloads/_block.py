@@ -106,3 +106,14 @@ def fp64_copy(model: nn.Module) -> nn.Module:
     import torch
 
     return copy.deepcopy(model).to(device="cpu", dtype=torch.float64)
+
+
+class BlockModels:
+    """For the workloads whose model under test is one of MODELS (compile and export): a plugin
+    subclass overrides build_model to put its own model through the same measurements."""
+
+    def build_model(
+        self, kind: str, size: Mapping[str, Any], device: torch.device | str
+    ) -> nn.Module:
+        """The model under test."""
+        return build(kind, size, device=device)

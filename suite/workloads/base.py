@@ -61,10 +61,14 @@ class Workload(ABC):
     # Problem sizes per profile; run() reads them from ctx.size.
     sizes: ClassVar[Mapping[str, Mapping[str, Any]]] = {"smoke": {}, "full": {}}
     throughput_unit: ClassVar[str] = "items/s"
+    # The cell id's size token, formatted with the profile's sizes: "s{seq}" gives "s256".
+    size_tag_format: ClassVar[str | None] = None
 
     def size_tag(self, params: Mapping[str, ParamValue], profile: str) -> str | None:
         """A short token for the cell id that names the problem size (e.g. 's256')."""
-        return None
+        if self.size_tag_format is None:
+            return None
+        return self.size_tag_format.format(**self.sizes[profile])
 
     def ranks(self, params: Mapping[str, ParamValue], profile: str) -> int:
         """Processes the cell needs. Above 1 the harness launches it under torchrun, with the

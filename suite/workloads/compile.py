@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from suite.workloads import _block
-from suite.workloads.base import CellContext, Param, ParamValue, Workload
+from suite.workloads.base import CellContext, Param, Workload
 
 if TYPE_CHECKING:
     import torch
@@ -185,7 +185,7 @@ def warm_main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-class Compile(Workload):
+class Compile(_block.BlockModels, Workload):
     name = "compile"
     description = (
         "torch.compile of a transformer block: cold and warm-cache compile time, graph breaks, "
@@ -223,15 +223,7 @@ class Compile(Workload):
         },
     }
     throughput_unit = "tokens/s"
-
-    def size_tag(self, params: Mapping[str, ParamValue], profile: str) -> str | None:
-        return f"d{self.sizes[profile]['dim']}"
-
-    def build_model(
-        self, kind: str, size: Mapping[str, Any], device: torch.device | str
-    ) -> nn.Module:
-        """The model under test; plugins override this to compile something else."""
-        return _block.build(kind, size, device=device)
+    size_tag_format = "d{dim}"
 
     def run(self, ctx: CellContext) -> None:
         cache_dir, owned = _fresh_cache_dir()

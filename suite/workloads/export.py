@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from suite.workloads import _block
-from suite.workloads.base import CellContext, Param, ParamValue, Skip, Unsupported, Workload
+from suite.workloads.base import CellContext, Param, Skip, Unsupported, Workload
 
 if TYPE_CHECKING:
     import torch
@@ -99,7 +99,7 @@ def _check_onnx_available(device: torch.device) -> None:
         )
 
 
-class Export(Workload):
+class Export(_block.BlockModels, Workload):
     name = "export"
     description = (
         "torch.export, ONNX (onnxruntime) and AOTInductor export of a transformer block with a "
@@ -128,15 +128,7 @@ class Export(Workload):
         },
     }
     throughput_unit = "tokens/s"
-
-    def size_tag(self, params: Mapping[str, ParamValue], profile: str) -> str | None:
-        return f"d{self.sizes[profile]['dim']}"
-
-    def build_model(
-        self, kind: str, size: Mapping[str, Any], device: torch.device | str
-    ) -> nn.Module:
-        """The model under test; plugins override this to export something else."""
-        return _block.build(kind, size, device=device)
+    size_tag_format = "d{dim}"
 
     def run(self, ctx: CellContext) -> None:
         import torch

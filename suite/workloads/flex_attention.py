@@ -11,11 +11,11 @@ from __future__ import annotations
 import statistics
 import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from suite.workloads import _attention as att
-from suite.workloads.base import CellContext, Param, ParamValue, Workload
+from suite.workloads.base import CellContext, Param, Workload
 
 if TYPE_CHECKING:
     import torch
@@ -110,9 +110,7 @@ class FlexAttention(Workload):
         },
     }
     throughput_unit = "tokens/s"
-
-    def size_tag(self, params: Mapping[str, ParamValue], profile: str) -> str | None:
-        return f"s{self.sizes[profile]['seq']}"
+    size_tag_format = "s{seq}"
 
     def run(self, ctx: CellContext) -> None:
         # Eager mode is a deliberate row of the matrix, so torch's advice to compile is noise.

@@ -8,10 +8,10 @@ with respect to the input and the weight. Every impl uses the same weight values
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from suite.workloads.base import CellContext, Param, ParamValue, Unsupported, Workload
+from suite.workloads.base import CellContext, Param, Unsupported, Workload
 
 if TYPE_CHECKING:
     import torch
@@ -91,10 +91,7 @@ class LinearCrossEntropy(Workload):
         "full": {"tokens": 16384, "hidden": 4096, "vocab": 128256},
     }
     throughput_unit = "tokens/s"
-
-    def size_tag(self, params: Mapping[str, ParamValue], profile: str) -> str | None:
-        size = self.sizes[profile]
-        return f"n{size['tokens']}v{size['vocab']}"
+    size_tag_format = "n{tokens}v{vocab}"
 
     def run(self, ctx: CellContext) -> None:
         import torch

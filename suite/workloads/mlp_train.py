@@ -12,7 +12,7 @@ import itertools
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from suite.workloads.base import CellContext, Param, ParamValue, Workload
+from suite.workloads.base import CellContext, Param, Workload
 
 if TYPE_CHECKING:
     import torch
@@ -115,10 +115,7 @@ class MlpTrain(Workload):
         },
     }
     throughput_unit = "samples/s"
-
-    def size_tag(self, params: Mapping[str, ParamValue], profile: str) -> str | None:
-        size = self.sizes[profile]
-        return f"b{size['batch']}h{size['hidden']}"
+    size_tag_format = "b{batch}h{hidden}"
 
     def run(self, ctx: CellContext) -> None:
         import torch
