@@ -103,16 +103,6 @@ def _post(
     metavar="VAR",
     help="Environment variable holding the token. GITHUB_API_URL sets the API (GHES).",
 )
-def comment(
-    decision_file: Path,
-    repo: str,
-    pr_text: str,
-    name: str | None,
-    full_report_url: str | None,
-    run_started_at: str | None,
-    token_env: str,
-) -> None:
+def comment(**options: Any) -> None:
     """Create or update the sticky pull-request comment with the decision report."""
-    handles_errors(_post)(
-        decision_file, repo, pr_text, name, full_report_url, run_started_at, token_env
-    )
+    handles_errors(_post)(**options)  # the options, by name, are _post's parameters
