@@ -11,6 +11,8 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from suite.core.errors import EnvironmentProblem, InputError
@@ -33,15 +35,15 @@ def cache_root() -> Path:
 
 
 def parse(spec: str, role: str) -> str:
-    """Classify a side spec; raise InputError naming the option when it is neither form."""
-    if spec == "current":
-        return "current"
-    if spec.startswith("docker:"):
-        return "docker"
-    if _REQUIREMENT.match(spec) or spec.startswith(("torch==", "torch @")):
-        return "requirement"
-    if os.sep in spec or spec.startswith("python"):
-        return "python"
+    """Classify a side spec (its kind's name); raise InputError naming the option when it is
+    none of the kinds."""
+    return _kind(spec, role).name
+
+
+def _kind(spec: str, role: str) -> SideKind:
+    for kind in KINDS:
+        if kind.matches(spec):
+            return kind
     raise InputError(
         f"{spec!r} is neither a torch requirement (torch==2.14.1) nor a path to a Python "
         "interpreter",
@@ -106,17 +108,49 @@ def venv_for(
 
 
 def prepare(spec: str, role: str, *, log: Path | None = None) -> Side:
-    kind = parse(spec, role)
-    if kind == "current":
-        return Side(spec, "current", sys.executable, 0.0, kind)
-    if kind == "python":
-        path = shutil.which(spec) or spec
-        if not Path(path).is_file():
-            raise InputError(f"interpreter {spec!r} does not exist", option=f"--{role}")
-        return Side(spec, Path(path).parent.parent.name or spec, path, 0.0, kind)
-    if kind == "docker":
-        from suite.execute.docker import prepare_docker
+    """The side a spec names, ready to run workers (a venv built, an image resolved)."""
+    return _kind(spec, role).prepare(spec, role, log)
 
-        return prepare_docker(spec, role)
+
+def _current(spec: str, role: str, log: Path | None) -> Side:
+    return Side(spec, "current", sys.executable, 0.0, "current")
+
+
+def _python(spec: str, role: str, log: Path | None) -> Side:
+    path = shutil.which(spec) or spec
+    if not Path(path).is_file():
+        raise InputError(f"interpreter {spec!r} does not exist", option=f"--{role}")
+    return Side(spec, Path(path).parent.parent.name or spec, path, 0.0, "python")
+
+
+def _docker(spec: str, role: str, log: Path | None) -> Side:
+    from suite.execute.docker import prepare_docker  # the Docker SDK only when a side needs it
+
+    return prepare_docker(spec, role)
+
+
+def _requirement(spec: str, role: str, log: Path | None) -> Side:
     interpreter, took = venv_for(spec, log=log)
-    return Side(spec, spec, str(interpreter), took, kind)
+    return Side(spec, spec, str(interpreter), took, "requirement")
+
+
+@dataclass(frozen=True)
+class SideKind:
+    """One form a --baseline/--candidate takes: how to tell it, and how to make it ready."""
+
+    name: str
+    matches: Callable[[str], bool]
+    prepare: Callable[[str, str, Path | None], Side]
+
+
+# Tried in order: the first kind whose test matches the spec is its kind.
+KINDS: tuple[SideKind, ...] = (
+    SideKind("current", lambda spec: spec == "current", _current),
+    SideKind("docker", lambda spec: spec.startswith("docker:"), _docker),
+    SideKind(
+        "requirement",
+        lambda spec: bool(_REQUIREMENT.match(spec)) or spec.startswith(("torch==", "torch @")),
+        _requirement,
+    ),
+    SideKind("python", lambda spec: os.sep in spec or spec.startswith("python"), _python),
+)
