@@ -14,10 +14,10 @@ import os
 import sys
 import time
 import traceback
+import types
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from suite.core.results import atomic_write_json, base_result, utc_now, write_result
 from suite.core.spec import CellSpec
@@ -35,18 +35,29 @@ from suite.worker.ranks import (
 )
 from suite.workloads.base import Skip, Unsupported
 
-if TYPE_CHECKING:
-    pass
-
 _OOM_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory")
 _MPS_FALLBACK_MARKER = "fall back to run on the CPU"
+
+
+def lacks_torch_api(exc: BaseException) -> bool:
+    """An older (or differently built) torch without a module or attribute a workload uses:
+    `import torch.nn.attention.flex_attention` failing, or `torch.nn.LinearCrossEntropyLoss`
+    absent. That torch cannot run the cell; it is not a failure of the cell."""
+    if isinstance(exc, ModuleNotFoundError):
+        return (exc.name or "").split(".")[0] == "torch"
+    if isinstance(exc, ImportError):  # `from torch.x import name` where name is absent
+        return (exc.name or "").split(".")[0] == "torch"
+    if isinstance(exc, AttributeError):
+        owner = getattr(exc, "obj", None)
+        return isinstance(owner, types.ModuleType) and owner.__name__.split(".")[0] == "torch"
+    return False
 
 
 def _classify(exc: BaseException) -> tuple[str, str]:
     """(status, failure mode) for an exception raised by a workload."""
     import torch
 
-    if isinstance(exc, (Unsupported, NotImplementedError)):
+    if isinstance(exc, (Unsupported, NotImplementedError)) or lacks_torch_api(exc):
         return "unsupported", "unsupported"
     if isinstance(exc, Skip):
         return "skipped", "dependency"
@@ -121,6 +132,8 @@ def run_cell(
             raise
         status, mode = _classify(exc)
         message = str(exc) or type(exc).__name__
+        if lacks_torch_api(exc):
+            message = f"torch {torch.__version__} lacks what this cell uses: {message}"
         doc["status"] = status
         doc["failure"] = {
             "mode": mode,
