@@ -138,3 +138,24 @@ def test_planted_nondeterminism_fails_the_gate(
     assert "not deterministic across processes: first differing tensor 'output'" in g["message"]
     # cpu is outside nightly-training's fleet (cuda): a hard failure there defers
     assert decision["decision"] == "defer"
+
+
+@pytest.mark.parametrize(
+    ("base_ok", "cand_ok", "verdict"),
+    [(True, True, "pass"), (True, False, "fail"), (False, False, "pass"), (False, True, "fixed")],
+)
+def test_with_default_algorithms_only_new_nondeterminism_fails(
+    tmp_path: Path, base_ok: bool, cand_ok: bool, verdict: str
+) -> None:
+    def cell(ok: bool) -> Cell:
+        metrics = _m(
+            deterministic_in_process=True, deterministic_cross_process=ok,
+            first_difference="" if ok else "grad_table", max_difference=0.0 if ok else 2e-7,
+            deterministic_algorithms=False,
+        )  # fmt: skip
+        return Cell(workload="determinism", metrics=metrics)
+
+    g = _gate(tmp_path, [cell(base_ok)], [cell(cand_ok)], "determinism", "nightly-training")
+    assert g["verdict"] == verdict, g["message"]
+    if not cand_ok:
+        assert "with torch's default algorithms" in g["message"] and "grad_table" in g["message"]

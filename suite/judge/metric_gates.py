@@ -120,6 +120,15 @@ def determinism(gate: Gate, base: Sequence[Record], cand: Sequence[Record]) -> G
         )
     where = "across processes" if not c_x else "within one process"
     first, diff = _metric(cand, "first_difference"), _metric(cand, "max_difference")
+    if _metric(cand, "deterministic_algorithms") is False:
+        # torch's default algorithms: nondeterminism is allowed, and detected. Only a
+        # candidate that became nondeterministic where the baseline was not fails.
+        found = f"nondeterministic {where} with torch's default algorithms"
+        if not b_ok:
+            text = f"{found}, as on the baseline: first differing tensor {first!r}"
+            return gate_result(gate, "pass", text, candidate=diff)
+        text = f"{found}, the baseline was deterministic: first differing tensor {first!r}"
+        return gate_result(gate, "fail", text, candidate=diff)
     was = "" if b_ok else " (the baseline was not deterministic either)"
     return gate_result(
         gate,

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from suite.workloads import _block
-from suite.workloads.base import CellContext, Param, Workload
+from suite.workloads.base import CellContext, Param, Unsupported, Workload
 
 if TYPE_CHECKING:
     import torch
@@ -36,14 +36,19 @@ REASONS_CAP = 2000
 SEQ_DIM = 1
 
 
-def _compile(model: nn.Module, dynamic: str) -> Model:
-    """torch.compile under one of the dynamic-shape policies named by the 'dynamic' param."""
+# torch.compile modes; reduce-overhead records CUDA graphs, so it needs a CUDA device.
+COMPILE_MODES = ("default", "reduce-overhead")
+
+
+def _compile(model: nn.Module, dynamic: str, mode: str = "default") -> Model:
+    """torch.compile under one of the dynamic-shape policies named by the 'dynamic' param, in
+    one of torch.compile's modes ('reduce-overhead' captures CUDA graphs)."""
     import torch
 
     if dynamic == "static":
-        return torch.compile(model, dynamic=False)
+        return torch.compile(model, dynamic=False, mode=mode)
     # 'mark_dynamic' compiles the same way as 'default'; the marks on the inputs make the change.
-    return torch.compile(model)
+    return torch.compile(model, mode=mode)
 
 
 def _input(
@@ -131,6 +136,7 @@ def _warm_compile_s(
         "size": dict(ctx.size),
         "seq": seq,
         "dynamic": dynamic,
+        "mode": str(ctx.params["mode"]),
         "backend": ctx.backend.name,
     }
     # The child must import what this worker imported, plugins added to sys.path included.
@@ -180,7 +186,7 @@ def warm_main(argv: Sequence[str] | None = None) -> int:
     backend = get(job["backend"])
     model = workload.build_model(job["model"], job["size"], backend.device())
     x = _input(job["size"], int(job["seq"]), job["dynamic"], backend.device())
-    seconds = _first_call_s(_compile(model, job["dynamic"]), x, backend.sync)
+    seconds = _first_call_s(_compile(model, job["dynamic"], job["mode"]), x, backend.sync)
     print(json.dumps({"first_call_s": seconds}), flush=True)
     return 0
 
@@ -198,6 +204,12 @@ class Compile(_block.BlockModels, Workload):
             ("default", "mark_dynamic", "static"),
             ("default", "mark_dynamic", "static"),
             help="torch.compile default; mark_dynamic on the sequence dim; dynamic=False",
+        ),
+        Param(
+            "mode",
+            COMPILE_MODES,
+            ("default",),
+            help="torch.compile mode; reduce-overhead replays CUDA graphs (CUDA only)",
         ),
     )
     sizes = {
@@ -240,12 +252,18 @@ class Compile(_block.BlockModels, Workload):
         ctx.seed(0)
         size, sync = ctx.size, ctx.backend.sync
         dynamic, kind = str(ctx.params["dynamic"]), str(ctx.params["model"])
+        mode = str(ctx.params["mode"])
+        if mode == "reduce-overhead" and ctx.backend.device_type != "cuda":
+            raise Unsupported(
+                "torch.compile(mode='reduce-overhead') replays CUDA graphs; the "
+                f"{ctx.backend.name} backend has none"
+            )
         seqs = [int(s) for s in size["seqs"]]
         measure_seq = int(size["measure_seq"])
         model = self.build_model(kind, size, ctx.device)
         inputs = {s: _input(size, s, dynamic, ctx.device) for s in [*seqs, measure_seq]}
 
-        cold = _first_call_s(_compile(model, dynamic), inputs[seqs[0]], sync)
+        cold = _first_call_s(_compile(model, dynamic, mode), inputs[seqs[0]], sync)
         ctx.metric("compile_cold_s", cold, "s")
         warm, error = _warm_compile_s(self, ctx, cache_dir, seqs[0], dynamic)
         if error is None:
@@ -263,7 +281,7 @@ class Compile(_block.BlockModels, Workload):
         # A clean dynamo state, so that only this sweep's graphs and guard failures are counted;
         # the on-disk cache stays warm, which spares recompiling the first length.
         torch._dynamo.reset()
-        compiled = _compile(model, dynamic)
+        compiled = _compile(model, dynamic, mode)
         before = counters["stats"]["unique_graphs"]
         with torch.no_grad():
             compiled(inputs[seqs[0]])

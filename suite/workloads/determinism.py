@@ -1,5 +1,8 @@
 """Determinism: a seeded forward and backward, run twice in this process and once more in a
-fresh process, with deterministic algorithms on; outputs and every gradient compared bitwise.
+fresh process; outputs and every gradient compared bitwise. With `algorithms: deterministic`
+torch.use_deterministic_algorithms is on and any difference fails; with `algorithms: default`
+it is off, and the cell detects the kernels that are nondeterministic by default (the
+`scatter_add` target's index_add forward and index_select backward use atomics on CUDA).
 
 The tensors of the first run are also kept (ctx.save_outputs) for cross-version drift.
 """
@@ -15,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from suite.workloads.base import CellContext, Param, Workload
+from suite.workloads.base import CellContext, Param, Unsupported, Workload
 
 if TYPE_CHECKING:
     import torch
@@ -25,6 +28,17 @@ SIZES = {
     "full": {"batch": 8, "seq": 1024, "dim": 1024, "heads": 16},
 }
 SECOND_PROCESS_TIMEOUT_S = 600.0
+BUCKETS = 16  # few buckets for many rows: many atomic adds land on each
+ALGORITHMS = ("deterministic", "default")
+
+
+def _set_algorithms(deterministic: bool) -> None:
+    import torch
+
+    if deterministic:
+        # Must be set before the first cuBLAS call for deterministic CUDA matmuls.
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(deterministic)
 
 
 def seed_for(seed: int) -> int:
@@ -46,6 +60,26 @@ def _build(
         from suite.workloads._block import build
 
         model = build("block", {"dim": d, "heads": h}, seed=seed).train()
+        x = torch.randn(b, s, d)
+    elif target == "scatter_add":
+
+        class Scatter(nn.Module):
+            """Rows gathered from a table (backward: index_add into its gradient) and summed into
+            buckets (forward: index_add): float atomics on CUDA, in no fixed order."""
+
+            def __init__(self) -> None:
+                super().__init__()
+                self.table = nn.Parameter(torch.randn(BUCKETS, d))
+                self.register_buffer("index", torch.randint(0, BUCKETS, (b * s,)))
+
+            def forward(self, x: torch.Tensor) -> torch.Tensor:
+                index: torch.Tensor = self.index  # type: ignore[assignment]
+                rows = self.table.index_select(0, index)
+                mixed = x.reshape(b * s, d) * rows
+                pooled = torch.zeros(BUCKETS, d, device=x.device, dtype=x.dtype)
+                return pooled.index_add(0, index, mixed)
+
+        model = Scatter()
         x = torch.randn(b, s, d)
     elif target in ("sdpa", "flex_attention"):
         import torch.nn.functional as F
@@ -120,9 +154,17 @@ class Determinism(Workload):
     )
     params = (
         Param(
-            "target", ("mlp", "block", "sdpa", "flex_attention"), ("mlp", "block", "flex_attention")
+            "target",
+            ("mlp", "block", "sdpa", "flex_attention", "scatter_add"),
+            ("mlp", "block", "flex_attention"),
         ),
         Param("dtype", ("fp32", "bf16"), ("fp32",)),
+        Param(
+            "algorithms",
+            ALGORITHMS,
+            ("deterministic",),
+            help="torch.use_deterministic_algorithms on, or torch's default (off)",
+        ),
     )
     sizes = SIZES
     throughput_unit = "steps/s"
@@ -131,29 +173,39 @@ class Determinism(Workload):
         return f"s{SIZES[profile]['seq']}"
 
     def run(self, ctx: CellContext) -> None:
-        import torch
 
-        # Must be set before the first cuBLAS call for deterministic CUDA matmuls.
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        torch.use_deterministic_algorithms(True)
         target, dtype = str(ctx.params["target"]), str(ctx.params["dtype"])
+        deterministic = ctx.params["algorithms"] == "deterministic"
+        _set_algorithms(deterministic)
         device = str(ctx.device)
         size = dict(ctx.size)
-        first = step(target, size, device, dtype, 0)
+        try:
+            first = step(target, size, device, dtype, 0)
+        except RuntimeError as exc:
+            if deterministic and "deterministic implementation" in str(exc):
+                raise Unsupported(f"no deterministic kernel on {device}: {exc}") from exc
+            raise
         ctx.measure(lambda: step(target, size, device, dtype, 0), items_per_iter=1, unit="steps/s")
         again = step(target, size, device, dtype, 0)
         name_in, diff_in = first_difference(first, again)
-        other = self.second_process(target, size, device, dtype, ctx.scratch)
+        other = self.second_process(target, size, device, dtype, ctx.scratch, deterministic)
         name_x, diff_x = first_difference(first, other)
         ctx.metric("deterministic_in_process", name_in is None)
         ctx.metric("deterministic_cross_process", name_x is None)
         ctx.metric("first_difference", name_x or name_in or "")
         ctx.metric("max_difference", max(diff_in, diff_x))
         ctx.metric("tensors_compared", len(first))
+        ctx.metric("deterministic_algorithms", deterministic)
         ctx.save_outputs(first)
 
     def second_process(
-        self, target: str, size: Mapping[str, int], device: str, dtype: str, scratch: Path
+        self,
+        target: str,
+        size: Mapping[str, int],
+        device: str,
+        dtype: str,
+        scratch: Path,
+        deterministic: bool = True,
     ) -> dict[str, torch.Tensor]:
         import torch
 
@@ -171,6 +223,8 @@ class Determinism(Workload):
             dtype,
             "--out",
             str(out),
+            "--algorithms",
+            "deterministic" if deterministic else "default",
             *[f"--{k}={v}" for k, v in size.items()],
         ]
         proc = subprocess.run(
@@ -198,11 +252,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--device", required=True)
     parser.add_argument("--dtype", required=True)
     parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--algorithms", choices=ALGORITHMS, default="deterministic")
     for key in SIZES["smoke"]:
         parser.add_argument(f"--{key}", type=int, required=True)
     args = parser.parse_args(argv)
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    torch.use_deterministic_algorithms(True)
+    _set_algorithms(args.algorithms == "deterministic")
     size = {k: getattr(args, k) for k in SIZES["smoke"]}
     tmp = Path(tempfile.mkdtemp(dir=args.out.parent))
     torch.save(step(args.target, size, args.device, args.dtype, 0), tmp / "t.pt")
