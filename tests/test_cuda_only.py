@@ -48,3 +48,47 @@ def test_scatter_add_is_bitwise_reproducible_on_the_cpu_either_way(
     assert metrics["deterministic_algorithms"] is (algorithms == "deterministic")
     # table, x: the index_select backward and the index_add forward both produce gradients
     assert metrics["tensors_compared"] == 3
+
+
+def test_the_cutedsl_cell_is_skipped_here_with_the_install_hint(tmp_path: Path) -> None:
+    specs = _cells("cutedsl", {"dtype": ["fp32"]})
+    (spec,) = specs
+    assert spec.cell_id == "cutedsl.fp32.1024x1024@cpu"
+    assert spec.lane == "prototype"  # the matrix entry said production
+    doc = _run(tmp_path, spec)
+    assert doc["status"] == "skipped"
+    assert doc["failure"]["mode"] == "dependency"
+    assert "NVIDIA GPUs" in doc["failure"]["message"]
+    assert "pip install 'torch-matrix[cutedsl]'" in doc["failure"]["message"]
+
+
+def test_without_the_package_the_cell_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from suite.workloads.base import Skip
+    from suite.workloads.cutedsl import _import_cute
+
+    monkeypatch.setitem(sys.modules, "cutlass", None)
+    monkeypatch.setitem(sys.modules, "cutlass.cute", None)
+    with pytest.raises(Skip, match=r"CuTe DSL is not installed .*nvidia-cutlass-dsl"):
+        _import_cute()
+
+
+def test_a_failing_cutedsl_row_is_capped_at_isolate(tmp_path: Path) -> None:
+    from suite.flows.compare import Side, decide
+    from suite.judge.policy import load_policy
+    from tests.synthetic import Cell, make_run
+
+    ok = Cell(workload="cutedsl", case="fp32", backend="cuda", lane="prototype")
+    broken = Cell(
+        workload="cutedsl", case="fp32", backend="cuda", lane="prototype", status="crashed",
+        failure_mode="signal", message="SIGSEGV in the CuTe kernel",
+    )  # fmt: skip
+    b = make_run(tmp_path / "b", [ok], run_id="20261201T100000Z-aaaaaa")
+    c = make_run(tmp_path / "c", [broken], run_id="20261201T100000Z-bbbbbb")
+    # nightly-training's fleet is cuda: the same failure in production would be a rollback.
+    decision = decide(Side.load(b), Side.load(c), load_policy(None, "nightly-training"))
+    (row,) = decision["rows"]
+    assert row["row_id"] == "cutedsl@cuda" and row["decision"] == "isolate"
+    assert any("capped at isolate (prototype lane" in r for r in row["reasons"])
+    assert decision["decision"] == "isolate"

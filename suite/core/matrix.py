@@ -188,7 +188,7 @@ def expand(matrix: Matrix) -> tuple[list[CellSpec], dict[str, Resolved]]:
                     params=tuple(params.items()),
                     backend=backend,
                     profile=matrix.profile,
-                    lane=entry.lane,
+                    lane="prototype" if workload.prototype else entry.lane,
                     size_tag=workload.size_tag(params, matrix.profile),
                     timeout_s=entry.timeout_s or matrix.timeout_s,
                     ranks=workload.ranks(params, matrix.profile),

@@ -42,6 +42,7 @@ BUILTINS: dict[str, str] = {
     "collectives": "suite.workloads.collectives:Collectives",
     "fsdp2": "suite.workloads.fsdp2:Fsdp2",
     "checkpoint": "suite.workloads.checkpoint:Checkpoint",
+    "cutedsl": "suite.workloads.cutedsl:CuteDslAdd",
 }
 
 

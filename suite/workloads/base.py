@@ -61,6 +61,9 @@ class Workload(ABC):
     # Problem sizes per profile; run() reads them from ctx.size.
     sizes: ClassVar[Mapping[str, Mapping[str, Any]]] = {"smoke": {}, "full": {}}
     throughput_unit: ClassVar[str] = "items/s"
+    # A prototype workload's cells are in the prototype lane whatever the matrix says: its rows
+    # never push a decision past `isolate`.
+    prototype: ClassVar[bool] = False
     # The cell id's size token, formatted with the profile's sizes: "s{seq}" gives "s256".
     size_tag_format: ClassVar[str | None] = None
 

@@ -132,6 +132,46 @@ class LinearCrossEntropy(Workload):
         reference = _explicit_reference(x, weight, target)
         truth = _fp64_truth(x, weight, target)
         self._check(ctx, tokens, result, reference, truth)
+        if ctx.backend.device_type == "cuda":
+            self._cuda_region_peaks(ctx, impl, hidden, vocab, weight, step, x, target)
+
+    def _cuda_region_peaks(
+        self,
+        ctx: CellContext,
+        impl: str,
+        hidden: int,
+        vocab: int,
+        weight: torch.Tensor,
+        step: Callable[[], torch.Tensor],
+        x: torch.Tensor,
+        target: torch.Tensor,
+    ) -> None:
+        """One step of this impl and one of Linear + cross_entropy, in this process, each its own
+        allocator region (peak stats reset, gradients dropped): what the chunked loss saves."""
+        import torch
+
+        def region_peak(fn: Callable[[], torch.Tensor]) -> int:
+            x.grad = None
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            before = torch.cuda.memory_allocated()
+            fn()
+            torch.cuda.synchronize()
+            return int(torch.cuda.max_memory_allocated() - before)
+
+        mine = region_peak(step)
+        ref_param, ref_loss = self._build("reference", hidden, vocab, weight)
+
+        def reference_step() -> torch.Tensor:
+            ref_param.grad = None
+            loss = ref_loss(x, target)
+            loss.backward()
+            return loss.detach()
+
+        theirs = region_peak(reference_step)
+        ctx.metric("cuda_region_peak_bytes", mine, "bytes")
+        ctx.metric("cuda_region_peak_reference_bytes", theirs, "bytes")
+        ctx.metric("cuda_region_peak_vs_reference", mine / theirs if theirs else None, "x")
 
     @staticmethod
     def _build(
