@@ -8,6 +8,9 @@ rounds used and the wall time; then an A/A with a background CPU load (one busy 
 bench starts and stops), where `inconclusive` is fine and `fail` is not.
 
     python bench/detect.py [--threshold 0.03] [--aa 20] [--five 20] [--ten 10] [--loaded 10]
+                           [--backend cpu|cuda|rocm|mps] [--json FILE]
+
+--json writes the rates as they come, level by level, so a run cut short keeps what it has.
 
 Targets (2-core machine, quiet): A/A fail in 0 of >= 20; +5% fail in >= 19 of 20; +10% in all
 of 10; loaded A/A fail in 0 of 10. Run it alone: anything beside it is background load.
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import math
 import multiprocessing
 import statistics
@@ -65,7 +69,7 @@ def bench_policy(threshold: float, budget_s: float | None) -> Policy:
 
 
 def run_level(
-    extra: float, tries: int, policy: Policy, out: Path, seed: int
+    extra: float, tries: int, policy: Policy, out: Path, seed: int, backend: str = "cpu"
 ) -> tuple[Counter[str], float, float]:
     """(verdict counts, mean rounds, wall seconds) of `tries` cells at `extra` % more work."""
     matrix = Matrix(
@@ -73,7 +77,7 @@ def run_level(
         file="<bench>",
         sha256="0" * 64,
         profile="smoke",
-        backends=("cpu",),
+        backends=(backend,),
         timeout_s=300.0,
         entries=[
             Entry(
@@ -135,7 +139,10 @@ def main() -> None:
     parser.add_argument(
         "--loaded-budget", type=float, default=600.0, help="round budget of the loaded A/A, s"
     )
+    parser.add_argument("--backend", default="cpu", choices=["cpu", "cuda", "rocm", "mps"])
+    parser.add_argument("--json", type=Path, help="also write the rates here, level by level")
     args = parser.parse_args()
+    found: list[dict[str, object]] = []
     start = time.perf_counter()
     quiet = bench_policy(args.threshold, None)
     loaded = bench_policy(args.threshold, args.loaded_budget)
@@ -156,8 +163,9 @@ def main() -> None:
                 spinner.start()
             try:
                 counts, mean_rounds, wall = run_level(
-                    extra, tries, policy, Path(tmp) / f"level{i}", seed=100 * i
-                )
+                    extra, tries, policy, Path(tmp) / f"level{i}", seed=100 * i,
+                    backend=args.backend,
+                )  # fmt: skip
             finally:
                 if busy:
                     stop.set()
@@ -177,6 +185,16 @@ def main() -> None:
                 ]
             )
             print(tabulate(rows[-1:], tablefmt="plain"), file=sys.stderr, flush=True)
+            found.append(
+                {
+                    "level": label, "injected_percent": extra, "tries": tries, "fails": fails,
+                    "fail_ci95": [lo, hi], "verdicts": dict(counts),
+                    "mean_rounds": mean_rounds, "wall_s": wall, "backend": args.backend,
+                    "threshold": args.threshold,
+                }
+            )  # fmt: skip
+            if args.json is not None:
+                args.json.write_text(json.dumps(found, indent=2), encoding="utf-8")
     print(
         tabulate(
             rows,
