@@ -12,12 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from suite.core.errors import InputError
-from suite.core.results import utc_now
-from suite.core.validation import validate
-from suite.flows.compare import Side, decide, not_comparable
+from suite.flows.compare import Side, decide, decision_record
 from suite.judge.policy import Policy
 from suite.judge.rollback import judge_rollback
-from suite.judge.rules import apply_rules, overall
 
 
 def job_dirs(roots: Sequence[Path]) -> list[Path]:
@@ -51,38 +48,20 @@ def aggregate(jobs: Sequence[Path], policy: Policy, *, notes: Sequence[str] = ()
             rollbacks[name] = rollback
         base, cand = Side.load(job / "baseline"), Side.load(job / "candidate")
         decisions.append(decide(base, cand, policy, extra_cells=checks))
-    cells = [cell for d in decisions for cell in d["cells"]]
-    rows = apply_rules(policy, cells)
-    decision, reasons = overall(rows, cells)
-    differences = [diff for d in decisions for diff in d["comparable"]["differences"]]
-    mismatches = sorted({m for d in decisions for m in d["policy"]["mismatches"]})
-    if differences:
-        reasons.append(not_comparable(differences))
-    reasons.extend(mismatches)
-    reasons.extend(notes)
     first = decisions[0]
-    doc: dict[str, Any] = {
-        "kind": "torch-matrix/decision",
-        "schema_version": 1,
-        "decision": decision,
-        "reasons": reasons,
-        "generated_at": utc_now(),
-        "matrix": first["matrix"],
-        "policy": {**policy.evidence(), "mismatches": mismatches},
-        "baseline": {
-            **first["baseline"],
-            "run_id": ", ".join(d["baseline"]["run_id"] for d in decisions),
-        },
-        "candidate": {
-            **first["candidate"],
-            "run_id": ", ".join(d["candidate"]["run_id"] for d in decisions),
-        },
-        "comparable": {"ok": not differences, "differences": differences},
-        "rows": rows,
-        "cells": cells,
-    }
-    if rollbacks:
-        worst = max(rollbacks.values(), key=lambda r: r.get("duration_s", 0.0))
-        doc["rollback"] = {**worst, "jobs": rollbacks}
-    validate(doc, "torch-matrix/decision", file="<aggregate>")
-    return doc
+    worst = max(rollbacks.values(), key=lambda r: r.get("duration_s", 0.0)) if rollbacks else None
+    return decision_record(
+        policy,
+        [cell for d in decisions for cell in d["cells"]],
+        matrix=first["matrix"],
+        baseline={**first["baseline"], "run_id": _joined(decisions, "baseline")},
+        candidate={**first["candidate"], "run_id": _joined(decisions, "candidate")},
+        differences=[diff for d in decisions for diff in d["comparable"]["differences"]],
+        mismatches=sorted({m for d in decisions for m in d["policy"]["mismatches"]}),
+        notes=notes,
+        rollback={**worst, "jobs": rollbacks} if worst is not None else None,
+    )
+
+
+def _joined(decisions: Sequence[dict[str, Any]], side: str) -> str:
+    return ", ".join(d[side]["run_id"] for d in decisions)

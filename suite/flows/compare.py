@@ -182,23 +182,49 @@ def decide(
         for c in extra_cells or []
         if all(g["gate"] in policy.gates for g in c["gates"])
     )
+    return decision_record(
+        policy,
+        cells,
+        matrix=base.run["matrix"],
+        baseline=base.evidence(),
+        candidate=cand.evidence(),
+        differences=diffs,
+        mismatches=mismatches,
+        rollback=rollback,
+    )
+
+
+def decision_record(
+    policy: Policy,
+    cells: list[dict[str, Any]],
+    *,
+    matrix: dict[str, Any],
+    baseline: dict[str, Any],
+    candidate: dict[str, Any],
+    differences: Sequence[dict[str, Any]],
+    mismatches: Sequence[str],
+    notes: Sequence[str] = (),
+    rollback: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """decision.json, built here alone (compare, ab and aggregate): the policy's rules applied to
+    the cells, the overall decision, and its reasons, then schema-checked."""
     rows = apply_rules(policy, cells)
     decision, reasons = overall(rows, cells)
-    if diffs:
-        reasons.append(not_comparable(diffs))
-    if mismatches:
-        reasons.extend(mismatches)
-    doc = {
+    if differences:
+        reasons.append(not_comparable(differences))
+    reasons.extend(mismatches)
+    reasons.extend(notes)
+    doc: dict[str, Any] = {
         "kind": "torch-matrix/decision",
         "schema_version": 1,
         "decision": decision,
         "reasons": reasons,
         "generated_at": utc_now(),
-        "matrix": base.run["matrix"],
-        "policy": {**policy.evidence(), "mismatches": mismatches},
-        "baseline": base.evidence(),
-        "candidate": cand.evidence(),
-        "comparable": {"ok": comparable, "differences": diffs},
+        "matrix": matrix,
+        "policy": {**policy.evidence(), "mismatches": list(mismatches)},
+        "baseline": baseline,
+        "candidate": candidate,
+        "comparable": {"ok": not differences, "differences": list(differences)},
         "rows": rows,
         "cells": cells,
     }
