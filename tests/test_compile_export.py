@@ -19,7 +19,7 @@ PLANTED = "tests.plugins.compile_planted"
 
 CELLS = {
     "compile": "compile.block.mark_dynamic.default.d64@cpu",
-    "graph_break": "compile_graph_break.block.mark_dynamic.default.d64@cpu",
+    "graph_break": "compile_graph_break.block.mark_dynamic.d64@cpu",
     "torch_export": "export.torch_export.block.d64@cpu",
     "onnx": "export.onnx.block.d64@cpu",
     "export_fails": "export_data_dependent.torch_export.block.d64@cpu",

@@ -14,6 +14,20 @@ from suite.core.results import read_result
 from suite.worker.cell import run_cell
 
 
+@pytest.fixture(autouse=True)
+def _process_state(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The worker runs in this process here: keep what a cell sets (environment variables,
+    torch's deterministic-algorithms flag) from reaching the tests after it."""
+    import torch
+
+    for name in ("TORCHINDUCTOR_CACHE_DIR", "CUBLAS_WORKSPACE_CONFIG"):
+        monkeypatch.setenv(name, "")  # recorded as it was, so that teardown restores it
+        monkeypatch.delenv(name)
+    flag = torch.are_deterministic_algorithms_enabled()
+    yield
+    torch.use_deterministic_algorithms(flag)
+
+
 def _cells(workload: str, grid: dict[str, list[Any]]) -> list[Any]:
     matrix = Matrix(
         name="cuda-only", file="<test>", sha256="0" * 64, profile="smoke", backends=("cpu",),

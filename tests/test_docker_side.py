@@ -206,6 +206,13 @@ def test_mounts_cover_what_each_step_reads_and_writes(tmp_path: Path) -> None:
         str(run): "rw",
         str(plugins): "ro",
     }
+    # A cache directly in /tmp (the user's own, say) is mounted alone, never /tmp whole.
+    step = ["torch-matrix", "env"]
+    assert mounts_for(step, {"TORCHINDUCTOR_CACHE_DIR": "/tmp/my-inductor"}) == {
+        "/tmp/my-inductor": "rw"
+    }
+    home_cache = str(Path.home() / "inductor")
+    assert mounts_for(step, {"TORCHINDUCTOR_CACHE_DIR": home_cache}) == {home_cache: "rw"}
     assert collapse({"/r": "rw", "/r/run": "rw", "/m": "ro", "/m/out": "rw"}) == {
         "/m": "ro",
         "/m/out": "rw",

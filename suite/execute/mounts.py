@@ -53,8 +53,11 @@ def _plugin_mount(file: Path) -> str:
     """The folder of a plugin file (its siblings may be imported), or the file alone where the
     folder is one the container needs for itself or the user's home."""
     folder = file.parent
-    never = {*_WHOLE_FOLDER_NEVER, str(Path.home())}
-    return str(file) if str(folder) in never else str(folder)
+    return str(file) if str(folder) in _never() else str(folder)
+
+
+def _never() -> set[str]:
+    return {*_WHOLE_FOLDER_NEVER, str(Path.home())}
 
 
 def _flag_values(argv: Sequence[str]) -> list[tuple[str, str]]:
@@ -102,7 +105,13 @@ def mounts_for(
                     add(_plugin_mount((base / file).absolute()), "ro")
     cache = (env or {}).get("TORCHINDUCTOR_CACHE_DIR")
     if cache:
-        add(str((base / cache).absolute().parent), "rw")
+        # The folder above the cache (a cell's cache is removed and made again around it),
+        # unless that is a folder never mounted whole: then the cache itself.
+        path = (base / cache).absolute()
+        target = path if str(path.parent) in _never() else path.parent
+        if create:
+            target.mkdir(parents=True, exist_ok=True)
+        add(str(target), "rw")
     return collapse(modes)
 
 

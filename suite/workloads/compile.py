@@ -136,7 +136,7 @@ def _warm_compile_s(
         "size": dict(ctx.size),
         "seq": seq,
         "dynamic": dynamic,
-        "mode": str(ctx.params["mode"]),
+        "mode": str(ctx.params.get("mode", "default")),
         "backend": ctx.backend.name,
     }
     # The child must import what this worker imported, plugins added to sys.path included.
@@ -238,26 +238,31 @@ class Compile(_block.BlockModels, Workload):
     size_tag_format = "d{dim}"
 
     def run(self, ctx: CellContext) -> None:
+        mode = str(ctx.params.get("mode", "default"))  # a plugin's own params may lack it
+        if mode == "reduce-overhead" and ctx.backend.device_type != "cuda":
+            raise Unsupported(
+                "torch.compile(mode='reduce-overhead') replays CUDA graphs; the "
+                f"{ctx.backend.name} backend has none"
+            )
+        previous = os.environ.get(CACHE_ENV)
         cache_dir, owned = _fresh_cache_dir()
         try:
-            self._run(ctx, cache_dir)
+            self._run(ctx, cache_dir, mode)
         finally:
-            if owned:
+            if owned:  # leave the process's environment as it was
                 shutil.rmtree(cache_dir, ignore_errors=True)
+                if previous is None:
+                    os.environ.pop(CACHE_ENV, None)
+                else:
+                    os.environ[CACHE_ENV] = previous
 
-    def _run(self, ctx: CellContext, cache_dir: str) -> None:
+    def _run(self, ctx: CellContext, cache_dir: str, mode: str) -> None:
         import torch
         from torch._dynamo.utils import counters, guard_failures
 
         ctx.seed(0)
         size, sync = ctx.size, ctx.backend.sync
         dynamic, kind = str(ctx.params["dynamic"]), str(ctx.params["model"])
-        mode = str(ctx.params["mode"])
-        if mode == "reduce-overhead" and ctx.backend.device_type != "cuda":
-            raise Unsupported(
-                "torch.compile(mode='reduce-overhead') replays CUDA graphs; the "
-                f"{ctx.backend.name} backend has none"
-            )
         seqs = [int(s) for s in size["seqs"]]
         measure_seq = int(size["measure_seq"])
         model = self.build_model(kind, size, ctx.device)

@@ -175,7 +175,7 @@ class Determinism(Workload):
     def run(self, ctx: CellContext) -> None:
 
         target, dtype = str(ctx.params["target"]), str(ctx.params["dtype"])
-        deterministic = ctx.params["algorithms"] == "deterministic"
+        deterministic = ctx.params.get("algorithms", "deterministic") == "deterministic"
         _set_algorithms(deterministic)
         device = str(ctx.device)
         size = dict(ctx.size)
