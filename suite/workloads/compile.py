@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -23,6 +22,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from suite.workloads import _block
+from suite.workloads._timing import synced_median_s
 from suite.workloads.base import CellContext, Param, Unsupported, Workload
 
 if TYPE_CHECKING:
@@ -73,22 +73,6 @@ def _first_call_s(fn: Model, x: torch.Tensor, sync: Callable[[], None]) -> float
         fn(x)
         sync()
     return time.perf_counter() - start
-
-
-def _median_s(fn: Model, x: torch.Tensor, sync: Callable[[], None], iters: int) -> float:
-    """A short synced median, for a ratio measured the same way on both sides."""
-    import torch
-
-    with torch.no_grad():
-        fn(x)
-        samples = []
-        for _ in range(iters):
-            sync()
-            start = time.perf_counter()
-            fn(x)
-            sync()
-            samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
 
 
 def _joined(reasons: Iterable[str]) -> str:
@@ -313,8 +297,9 @@ class Compile(_block.BlockModels, Workload):
         # ctx.measure keeps its p50 to itself, so the ratio comes from one short loop run the
         # same way on both sides.
         iters = int(size["ratio_iters"])
-        compiled_p50 = _median_s(compiled, x, sync, iters)
-        eager_p50 = _median_s(model, x, sync, iters)
+        with torch.no_grad():
+            compiled_p50 = synced_median_s(lambda: compiled(x), sync, iters)
+            eager_p50 = synced_median_s(lambda: model(x), sync, iters)
         ctx.metric("compiled_p50_s", compiled_p50, "s")
         ctx.metric("eager_p50_s", eager_p50, "s")
         ctx.metric("speedup_vs_eager", eager_p50 / compiled_p50 if compiled_p50 > 0 else None, "x")

@@ -9,11 +9,11 @@ without a CUDA GPU, the cell is `skipped` with what to install or where to run i
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from suite.workloads._timing import synced_median_s
 from suite.workloads.base import CellContext, Param, Skip, Workload
 
 if TYPE_CHECKING:
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 INSTALL_HINT = "pip install 'torch-matrix[cutedsl]' (or: pip install nvidia-cutlass-dsl)"
 THREADS = 256
+TIMING_ITERS = 50
 
 
 def _import_cute() -> Any:
@@ -52,17 +53,6 @@ def build_add(cute: Any) -> Callable[..., Any]:
 
     host: Callable[..., Any] = add
     return host
-
-
-def _median_s(fn: Callable[[], Any], sync: Callable[[], None], iters: int = 50) -> float:
-    times = []
-    for _ in range(iters):
-        sync()
-        start = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 class CuteDslAdd(Workload):
@@ -102,8 +92,8 @@ class CuteDslAdd(Workload):
             return c
 
         ctx.measure(step, items_per_iter=rows * cols, unit=self.throughput_unit)
-        torch_p50 = _median_s(lambda: torch.add(a, b, out=c), ctx.backend.sync)
-        cute_p50 = _median_s(step, ctx.backend.sync)
+        torch_p50 = synced_median_s(lambda: torch.add(a, b, out=c), ctx.backend.sync, TIMING_ITERS)
+        cute_p50 = synced_median_s(step, ctx.backend.sync, TIMING_ITERS)
         ctx.metric("torch_add_p50_s", torch_p50, "s")
         ctx.metric("cute_add_p50_s", cute_p50, "s")
         ctx.metric("speedup_vs_torch", torch_p50 / cute_p50 if cute_p50 > 0 else None, "x")

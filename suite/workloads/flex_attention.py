@@ -8,13 +8,12 @@ math attention in float64 on the CPU.
 
 from __future__ import annotations
 
-import statistics
-import time
 import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from suite.workloads import _attention as att
+from suite.workloads._timing import synced_median_s
 from suite.workloads.base import CellContext, Param, Workload
 
 if TYPE_CHECKING:
@@ -54,20 +53,6 @@ def _score_mod(kind: str, slopes: torch.Tensor | None) -> ScoreMod | None:
 
         return softcap
     raise ValueError(f"unknown score_mod {kind!r}")
-
-
-def _median_seconds(fn: Callable[[], object], sync: Callable[[], None]) -> float:
-    """A short median; the reference's speed is context for the row, not the measured result."""
-    fn()
-    sync()
-    samples = []
-    for _ in range(REFERENCE_TIMING_ITERS):
-        sync()
-        start = time.perf_counter()
-        fn()
-        sync()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
 
 
 class FlexAttention(Workload):
@@ -179,7 +164,11 @@ class FlexAttention(Workload):
 
         ref_step = att.attention_step(ref_call, ref_inputs, grad_out)
         reference = att.outputs(ref_step, ref_inputs, backward)
-        ctx.metric("reference_p50_s", _median_seconds(ref_step, ctx.backend.sync), "s")
+        ctx.metric(
+            "reference_p50_s",
+            synced_median_s(ref_step, ctx.backend.sync, REFERENCE_TIMING_ITERS),
+            "s",
+        )
 
         truth = att.fp64_truth(inputs, grad_out, mask=mask, bias=bias, softcap=softcap)
         att.check_all(ctx, result, reference, truth, reference_name)
