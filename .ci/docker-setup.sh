@@ -6,15 +6,17 @@
 #      use --network none or host)
 #   2. the base image from Debian packages (images/base/build-offline-base.sh)
 #   3. per torch version, torch, numpy and every runtime dependency as wheels: downloaded once
-#      into a cache outside the repository, linked into a directory of the build context
-#   4. per torch version, images/cpu on that base with those wheels, built with --network none
-#      (2.14.1 from PyPI is a CUDA build; it runs on the CPU, its nvidia-* wheels included)
+#      into a cache outside the repository
+#   4. per torch version, `torch-matrix image build --backend cpu` on that base from those
+#      wheels, with --network none, smoke-tested (2.14.1 from PyPI is a CUDA build; it runs on
+#      the CPU, its nvidia-* wheels included)
 # Prints each step's duration; the last stdout line is
-#   export TORCH_MATRIX_TEST_IMAGE=TAG_OF_THE_FIRST TORCH_MATRIX_TEST_IMAGE_CANDIDATE=TAG_OF_THE_SECOND
+#   export TORCH_MATRIX_TEST_BASE=BASE TORCH_MATRIX_TEST_WHEELS=WHEEL_CACHE
+#          TORCH_MATRIX_TEST_IMAGE=TAG_OF_THE_FIRST TORCH_MATRIX_TEST_IMAGE_CANDIDATE=TAG_OF_THE_SECOND
 # and the same assignments go to $GITHUB_ENV when that is set.
 # env: TORCH_VERSIONS ("2.13.0 2.14.1": baseline, then candidate; one version builds one image),
-#      WHEEL_CACHE (~/.cache/torch-matrix/wheels), IMAGE_REPO (torch-matrix/cpu: tags are
-#      IMAGE_REPO:torch-VERSION)
+#      WHEEL_CACHE (~/.cache/torch-matrix/wheels). Tags are torch-matrix/cpu:torch-VERSION-KEY,
+#      KEY naming the recipe and the suite (suite/execute/images.py). Needs the suite installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore DEBIAN_FRONTEND=noninteractive
@@ -22,7 +24,6 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore DEBIAN_FRONTE
 read -r -a versions <<<"${TORCH_VERSIONS:-2.13.0 2.14.1}"
 [ "${#versions[@]}" -ge 1 ] || { echo "docker-setup: TORCH_VERSIONS is empty" >&2; exit 2; }
 WHEEL_CACHE="${WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/torch-matrix/wheels}"
-IMAGE_REPO="${IMAGE_REPO:-torch-matrix/cpu}"
 
 step_start=0
 step() { step_start=$(date +%s); echo "== $*" >&2; }
@@ -47,14 +48,6 @@ if ! docker info >/dev/null 2>&1; then
 fi
 done_step
 
-# A Docker CLI that can run BuildKit builds: the default one when it has buildx; else the
-# docker.io package's own 20.10 client, whose built-in BuildKit needs no plugin.
-build_cli=(docker)
-if ! docker buildx version >/dev/null 2>&1 && [ -x /usr/bin/docker ]; then
-    build_cli=(/usr/bin/docker)
-fi
-export DOCKER_BUILDKIT=1
-
 step "build the offline base image"
 base_image="$(as_root images/base/build-offline-base.sh | tail -n 1)"
 echo "   base: $base_image" >&2
@@ -71,14 +64,10 @@ for req in project["project"]["dependencies"] + project["build-system"]["require
         print(req)
 PY
 )
-revision="$(git rev-parse HEAD 2>/dev/null || echo unknown)"
-version="$(python3 -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["project"]["version"])')"
 
 tags=()
 for torch_version in "${versions[@]}"; do
     cache="$WHEEL_CACHE/torch-${torch_version}"
-    wheel_dir=".whl/torch-${torch_version}"
-    tag="${IMAGE_REPO}:torch-${torch_version}"
 
     step "wheels for torch==${torch_version} into ${cache}"
     mkdir -p "$cache"
@@ -87,36 +76,28 @@ for torch_version in "${versions[@]}"; do
     python3 -m pip download -q --only-binary=:all: -d "$cache" \
         "torch==${torch_version}" "numpy>=1.26,<3" "${requirements[@]}"
     ls "$cache"/torch-"${torch_version}"*.whl >/dev/null
-    # The build context must hold the wheels: hard links cost nothing on the same filesystem.
-    rm -rf "$wheel_dir"
-    mkdir -p "$wheel_dir"
-    cp -al "$cache"/. "$wheel_dir"/ 2>/dev/null || cp -a "$cache"/. "$wheel_dir"/
     echo "   $(find "$cache" -name '*.whl' | wc -l) wheels, $(du -sh "$cache" | cut -f1)" >&2
     done_step
 
-    step "build $tag (offline: --network none)"
+    # The same builder the reusable workflow runs: the image is labelled with this checkout's
+    # suite, built offline from the wheels, and smoke-tested (compile, AOTInductor) before use.
+    step "torch-matrix image build: cpu, torch ${torch_version} (offline: --network none)"
     log="/tmp/docker-build-cpu-${torch_version}.log"
-    "${build_cli[@]}" build --network none --progress=plain \
-        --build-arg BASE_IMAGE="$base_image" \
-        --build-arg TORCH_VERSION="$torch_version" \
-        --build-arg TORCH_WHEEL_DIR="$wheel_dir" \
-        --build-arg REVISION="$revision" \
-        --build-arg VERSION="$version" \
-        -f images/cpu/Dockerfile -t "$tag" . >"$log" 2>&1 \
+    record="/tmp/docker-build-cpu-${torch_version}.json"
+    rm -f "$record"
+    python3 -m suite image build --backend cpu --torch "$torch_version" --base "$base_image" \
+        --wheel-dir "$cache" --no-pull --log "$log" --record "$record" >/dev/null \
         || { tail -40 "$log" >&2; exit 1; }
-    rm -rf "$wheel_dir"
-    echo "   $(docker image inspect --format '{{.Id}} {{.Size}} bytes' "$tag")" >&2
-    done_step
-
-    step "smoke: $tag runs offline, numpy importable"
-    docker run --rm --network none "$tag" --version >&2
-    docker run --rm --network none --entrypoint python "$tag" \
-        -c 'import numpy, torch; print("torch", torch.__version__, "numpy", numpy.__version__)' >&2
+    tag="$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["tag"])' "$record")"
+    echo "   $tag: $(docker image inspect --format '{{.Id}} {{.Size}} bytes' "$tag")" >&2
     done_step
     tags+=("$tag")
 done
 
-exports="TORCH_MATRIX_TEST_IMAGE=${tags[0]}"
+# The base and the wheels too: the end-to-end test builds the same images in the workflow's
+# bench job, from Docker's layer cache.
+exports="TORCH_MATRIX_TEST_BASE=${base_image} TORCH_MATRIX_TEST_WHEELS=${WHEEL_CACHE}"
+exports+=" TORCH_MATRIX_TEST_IMAGE=${tags[0]}"
 if [ "${#tags[@]}" -ge 2 ]; then
     exports+=" TORCH_MATRIX_TEST_IMAGE_CANDIDATE=${tags[1]}"
 fi

@@ -179,18 +179,28 @@ def test_the_comments_reproduce_line_rewrites_a_failing_image_cell(
     comment = (out / "decision.md").read_text()
     line = cell["repro"]["docker"]
     assert line in comment  # the comment shows the same line, in its own code block
-    pasted = subprocess.run(line, shell=True, capture_output=True, text=True, timeout=900)
+    # No path of the machine that ran it, but under the artifact's own copy of the inputs.
+    assert str(tmp_path) not in line.replace(f'"$PWD"/candidate/inputs{tmp_path}', "")
+    # Pasted into bash in a copy of the results folder, as a downloaded artifact is.
+    artifact = tmp_path / "downloaded" / "torch-matrix-job-cpu-1"
+    shutil.copytree(out, artifact)
+    shutil.rmtree(plugin.parent)  # the line needs nothing outside the artifact
+    pasted = subprocess.run(
+        ["bash", "-c", line], cwd=artifact, capture_output=True, text=True, timeout=900
+    )
     assert pasted.returncode == 1, pasted.stderr  # `run` exits 1: the cell failed again
-    (new,) = (out / "candidate" / "repro" / cell["cell_id"]).glob("*/cells/*.json")
+    (new,) = (artifact / "candidate" / "repro" / cell["cell_id"]).glob("*/cells/*.json")
     again = read_result(new)
     assert again["status"] == "failed"
     assert again["failure"]["mode"] == original["failure"]["mode"]
     assert again["failure"]["message"] == original["failure"]["message"]
     assert again["source"]["sha256"] == original["source"]["sha256"]
-    # `repro` prints the same command with its own --out, and --run reruns it.
+    # `repro` prints the same command with its own --out, and --run reruns it, from the copy of
+    # the plugin that the run kept.
     printed = CliRunner().invoke(repro, [cell["cell_id"], "--results", str(out)])
     assert printed.exit_code == 0, printed.output
-    assert f"-v {plugin.parent}:{plugin.parent}:ro" in printed.stdout
+    kept = out / "candidate" / "inputs" / plugin.parent.relative_to("/")
+    assert f"-v {kept}:{kept}:ro" in printed.stdout
     ran = CliRunner().invoke(repro, [cell["cell_id"], "--results", str(out), "--run"])
     assert ran.exit_code == 1, ran.output
     assert "status failed, was failed" in ran.stdout

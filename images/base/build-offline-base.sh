@@ -5,14 +5,19 @@
 #
 # usage: images/base/build-offline-base.sh [--force] [--tag TAG]
 #   --force    rebuild even when the tag already exists
-#   --tag TAG  image tag (default: torch-matrix/bookworm-base:YYYYMMDD, UTC)
+#   --tag TAG  image tag (default: torch-matrix/bookworm-base:YYYYMMDD-PACKAGES, the date in UTC
+#              and the first 8 hex digits of the sha256 of the package list)
 # env: DEBIAN_MIRROR (default: the first Debian mirror in /etc/apt/sources.list*, else
 #      http://deb.debian.org/debian), SUITE (default bookworm)
 # stdout: one line, the image reference; progress goes to stderr. Needs root, debootstrap, docker.
 set -euo pipefail
 
 suite="${SUITE:-bookworm}"
-tag="torch-matrix/${suite}-base:$(date -u +%Y%m%d)"
+# What the image holds besides minbase: Python with venv and pip, and the C/C++ toolchain with
+# Python's headers that torch.compile (Inductor's C++ kernels, AOTInductor) and Triton's launcher
+# compile with. The tag names this list, so an image made from another list is never reused.
+packages="python3,python3-venv,python3-pip,python3-dev,g++,ca-certificates"
+tag="torch-matrix/${suite}-base:$(date -u +%Y%m%d)-$(printf '%s' "$packages" | sha256sum | cut -c1-8)"
 force=0
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -62,7 +67,7 @@ rootfs="$workdir/rootfs"
 
 log "debootstrap $suite from $mirror into $rootfs"
 debootstrap --variant=minbase \
-    --include=python3,python3-venv,python3-pip,ca-certificates \
+    --include="$packages" \
     "$suite" "$rootfs" "$mirror" >&2
 
 # What an image needs no copy of: package caches and lists, logs, the host's resolver config.

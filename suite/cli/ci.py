@@ -68,6 +68,7 @@ def pins_record(result: Assessment | None) -> dict[str, Any]:
     for role, pin in (("baseline", result.baseline_pin), ("candidate", result.candidate_pin)):
         record[f"{role}_index_url"] = pin.index_url if pin else None
         record[f"{role}_extra_index_urls"] = list(pin.extra_index_urls) if pin else []
+        record[f"{role}_image"] = pin.image if pin else None
     return record
 
 

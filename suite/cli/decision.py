@@ -22,11 +22,14 @@ from suite.cli.options import (
     calibration_option,
     format_option,
     github_step_option,
+    index_options,
     matrix_options,
     policy_options,
     warn_below_resolution,
 )
 from suite.core.errors import InputError
+from suite.core.secrets import redact_text
+from suite.execute.indexes import Indexes
 from suite.github.outputs import append_summary
 from suite.report import write_reports
 
@@ -70,6 +73,7 @@ def finish_decision(
     metavar="SIDE",
     help="Same forms as --baseline; with --resume, the side recorded in --out.",
 )
+@index_options
 @matrix_options
 @policy_options
 @click.option(
@@ -98,6 +102,7 @@ def finish_decision(
 def ab(
     baseline: str,
     candidate: str | None,
+    indexes: dict[str, Indexes],
     chosen: CellChoice,
     policy_file: Path | None,
     policy_profile: str | None,
@@ -136,10 +141,11 @@ def ab(
                 "already holds a run; pass --resume to continue it, or choose another --out",
                 file=str(out / role / "run.json"),
             )
-    click.echo(f"preparing baseline {baseline} …", err=True)
-    base_side = prepare(baseline, "baseline", log=out / "prepare.log")
-    click.echo(f"preparing candidate {candidate} …", err=True)
-    cand_side = prepare(candidate, "candidate", log=out / "prepare.log")
+    click.echo(f"preparing baseline {redact_text(baseline)} …", err=True)
+    log = out / "prepare.log"
+    base_side = prepare(baseline, "baseline", log=log, indexes=indexes["baseline"])
+    click.echo(f"preparing candidate {redact_text(candidate)} …", err=True)
+    cand_side = prepare(candidate, "candidate", log=log, indexes=indexes["candidate"])
     design = design_for(policy, rounds)
     looks = ", ".join(str(n) for n in design.looks)
     budget = f", budget {design.budget_s:g}s" if design.budget_s is not None else ""

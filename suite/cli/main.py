@@ -11,6 +11,7 @@ from suite import __version__
 from suite.cli.ci import pins_command, plan_command
 from suite.cli.comment import comment
 from suite.cli.decision import ab, aggregate, calibrate, compare
+from suite.cli.image import image
 from suite.cli.options import EXIT_CODES
 from suite.cli.repro import repro
 from suite.cli.run import env, run, validate
@@ -27,5 +28,5 @@ def main() -> None:
 
 
 for command in (run, ab, compare, aggregate, calibrate, validate, env, plan_command, pins_command,
-                repro, comment):  # fmt: skip
+                repro, comment, image):  # fmt: skip
     main.add_command(command)

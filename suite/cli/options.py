@@ -198,6 +198,43 @@ Exit codes:
   130  interrupted"""
 
 
+def index_options(fn: F) -> F:
+    """--baseline-index-url, --candidate-index-url and their --*-extra-index-url: where a torch
+    requirement side installs from, passed to the command as indexes={role: Indexes}."""
+    from suite.execute.indexes import Indexes
+
+    @functools.wraps(fn)
+    def with_indexes(
+        *args: Any,
+        baseline_index_url: str | None,
+        baseline_extra_index_urls: Sequence[str],
+        candidate_index_url: str | None,
+        candidate_extra_index_urls: Sequence[str],
+        **kwargs: Any,
+    ) -> Any:
+        indexes = {
+            "baseline": Indexes(baseline_index_url or None, tuple(baseline_extra_index_urls)),
+            "candidate": Indexes(candidate_index_url or None, tuple(candidate_extra_index_urls)),
+        }
+        return fn(*args, indexes=indexes, **kwargs)
+
+    for role in ("candidate", "baseline"):
+        with_indexes = click.option(
+            f"--{role}-extra-index-url",
+            f"{role}_extra_index_urls",
+            multiple=True,
+            metavar="URL",
+            help=f"An extra index for the {role}'s torch; repeatable.",
+        )(with_indexes)
+        with_indexes = click.option(
+            f"--{role}-index-url",
+            metavar="URL",
+            help=f"The index the {role}'s torch requirement installs from (as pip's --index-url;"
+            " ${VAR} is expanded from the environment, a credential never written).",
+        )(with_indexes)
+    return with_indexes  # type: ignore[return-value]
+
+
 def format_option(fn: F) -> F:
     return click.option(
         "--format",

@@ -17,6 +17,11 @@ from suite.core.validation import load_document, validate
 STDERR_TAIL_CHARS = 4000
 
 
+# A run's copies of the files it read (matrix, plugins, policy), by their absolute paths: the
+# run directory alone then holds what its reproduce lines name.
+INPUTS_DIR = "inputs"
+
+
 def utc_now() -> str:
     return (
         dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")

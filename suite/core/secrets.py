@@ -8,6 +8,10 @@ import re
 from collections.abc import Mapping
 
 REDACTED = "<redacted>"
+# What stands for the user:password of a URL (https://***@host/simple): pip prints the same.
+MASK = "***"
+# scheme://userinfo@ in a URL anywhere in a text: an index or a proxy with its credential.
+_USERINFO = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*://)([^/@\s'\"]+)@")
 # Matched anywhere in the name, any case: HF_TOKEN, TORCH_API_KEY, NCCL_SECRET, PGPASSWORD,
 # FTP_PASSWD, AWS_CREDENTIALS_FILE, TORCH_HUB_AUTH.
 SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL|AUTH", re.IGNORECASE)
@@ -25,3 +29,18 @@ def redact(env: Mapping[str, str]) -> dict[str, str]:
 def without_secrets(env: Mapping[str, str]) -> dict[str, str]:
     """The variables less every secret and every value already redacted, sorted by name."""
     return {k: v for k, v in sorted(env.items()) if not is_secret(k) and v != REDACTED}
+
+
+def redact_text(text: str) -> str:
+    """The text with the credential of every URL in it (scheme://user:token@host) masked."""
+    return _USERINFO.sub(lambda m: f"{m[1]}{MASK}@", text)
+
+
+def has_credential(url: str) -> bool:
+    return _USERINFO.search(url) is not None
+
+
+def without_credential(url: str) -> str:
+    """The URL with no userinfo at all: what identifies an index (cache keys, labels), which a
+    changed token does not change."""
+    return _USERINFO.sub(lambda m: m[1], url)

@@ -28,6 +28,7 @@ KINDS: dict[str, tuple[str, tuple[int, ...]]] = {
     "torch-matrix/policy": ("policy.schema.json", (1,)),
     "torch-matrix/decision": ("decision.schema.json", (1,)),
     "torch-matrix/calibration": ("calibration.schema.json", (1,)),
+    "torch-matrix/image": ("image.schema.json", (1,)),
 }
 # Files whose format version sits in 'version' (hand-written files) rather than 'schema_version'.
 VERSION_KEYED = ("torch-matrix/matrix", "torch-matrix/policy")

@@ -15,6 +15,7 @@ side included. A workload given as `module:object` must be importable inside the
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shlex
 import signal
@@ -27,6 +28,7 @@ from typing import Any
 
 from suite.core.errors import EnvironmentProblem, InputError
 from suite.core.secrets import without_secrets
+from suite.execute import shell
 from suite.execute.devices import device_flags, device_options
 from suite.execute.launch import TERM_GRACE_S, Outcome, Step
 from suite.execute.mounts import collapse, mounts_for, uncovered
@@ -48,13 +50,13 @@ SHM_SIZE = "1g"
 # Allowlist: what the environment record keeps, plus locale and Python output settings. PATH,
 # HOME, PYTHONPATH and VIRTUAL_ENV describe the host's layout and would break the image's.
 _FORWARD_PREFIXES = (*ENV_PREFIXES, "PYTHONUNBUFFERED", "PYTHONHASHSEED", "LANG", "LC_", "TZ")
-_HOST_ONLY = ("TORCH_MATRIX_CACHE", "TORCH_MATRIX_TEST_IMAGE")
+_HOST_ONLY = ("TORCH_MATRIX_CACHE", "TORCH_MATRIX_TEST_")  # prefixes
 
 
 def forwarded_env(env: Mapping[str, str]) -> dict[str, str]:
     """The variables that go into a container: allowlisted, never a secret or a redacted one."""
     allowed = {k: v for k, v in env.items() if k.startswith(_FORWARD_PREFIXES)}
-    return without_secrets({k: v for k, v in allowed.items() if k not in _HOST_ONLY})
+    return without_secrets({k: v for k, v in allowed.items() if not k.startswith(_HOST_ONLY)})
 
 
 def image_env(reference: str | None, digest: str | None, base: str | None) -> dict[str, str]:
@@ -189,30 +191,67 @@ def _pick_digest(repo_digests: Sequence[str], reference: str) -> str | None:
     return repo_digests[0] if repo_digests else None
 
 
+def _find_image(client: Any, reference: str) -> Any:
+    """The local image a reference names; pulled only when absent. NAME@sha256:ID pins a local
+    image that was never pushed by its id: then NAME must be that image here."""
+    import docker
+
+    try:
+        return client.images.get(reference)
+    except docker.errors.ImageNotFound:
+        pass
+    except docker.errors.DockerException as exc:
+        raise EnvironmentProblem(f"cannot inspect image {reference!r}: {exc}") from exc
+    name, _, digest = reference.partition("@")
+    if digest.startswith("sha256:"):
+        try:
+            local = client.images.get(name) if ":" in name.rsplit("/", 1)[-1] else None
+            local = local or client.images.get(digest)
+        except docker.errors.DockerException:
+            local = None
+        if local is not None and local.id == digest:
+            return local
+    try:
+        return client.images.pull(reference)
+    except docker.errors.DockerException as exc:
+        raise EnvironmentProblem(
+            f"image {reference!r} is not on this machine and could not be pulled ({exc}); "
+            "build it (torch-matrix image build, images/README.md) or docker pull it, then run "
+            "again"
+        ) from exc
+
+
+def check_suite(labels: Mapping[str, str], reference: str) -> str:
+    """The image's suite digest; EnvironmentProblem when it is not the suite running here, whose
+    command lines would drive another suite's worker."""
+    from suite.execute.images import LABEL_SUITE, suite_digest
+
+    ours = suite_digest()
+    theirs = labels.get(LABEL_SUITE)
+    if theirs != ours:
+        what = f"suite {theirs[:19]}…" if theirs else "a suite of unknown version (no label)"
+        raise EnvironmentProblem(
+            f"image {reference} holds {what}, not this torch-matrix ({ours[:19]}…): its worker "
+            "would not be the one these results claim; rebuild it with `torch-matrix image build "
+            "--backend BACKEND --torch VERSION` from this checkout"
+        )
+    return theirs
+
+
 def prepare_docker(spec: str, role: str) -> Side:
     """A side that runs its workers in containers of a local image (pulled only when absent)."""
+    from suite.execute.images import LABEL_BASE_DIGEST, LABEL_RECIPE
+
     reference = spec.removeprefix(PREFIX).strip()
     if not reference:
         raise InputError(
             "docker: needs an image, e.g. docker:torch-matrix/cpu:torch-2.13.0", option=f"--{role}"
         )
-    import docker
-
     client = docker_client()
     start = time.perf_counter()
-    try:
-        image = client.images.get(reference)
-    except docker.errors.ImageNotFound:
-        try:
-            image = client.images.pull(reference)
-        except docker.errors.DockerException as exc:
-            raise EnvironmentProblem(
-                f"image {reference!r} is not on this machine and could not be pulled ({exc}); "
-                "build it (images/README.md) or docker pull it, then run again"
-            ) from exc
-    except docker.errors.DockerException as exc:
-        raise EnvironmentProblem(f"cannot inspect image {reference!r}: {exc}") from exc
+    image = _find_image(client, reference)
     labels: dict[str, str] = image.labels or {}
+    suite = check_suite(labels, reference)
     repo_digest = _pick_digest(image.attrs.get("RepoDigests") or [], reference)
     # An image built here and never pushed has no registry digest; its id is a content digest
     # too (of its config), valid on this machine and on any that loads the same image.
@@ -220,6 +259,11 @@ def prepare_docker(spec: str, role: str) -> Side:
     torch = labels.get(LABEL_TORCH)
     backend = labels.get(LABEL_BACKEND)
     base = labels.get(LABEL_BASE)
+    try:
+        recipe = json.loads(labels.get(LABEL_RECIPE) or "null")
+    except ValueError:
+        recipe = None
+    tags = [t for t in (image.tags or []) if not t.endswith(":latest")]
     return Side(
         spec=spec,
         label=f"docker:{reference} (torch {torch or 'unknown'})",
@@ -234,9 +278,15 @@ def prepare_docker(spec: str, role: str) -> Side:
             "digest": digest,
             "digest_kind": kind,
             "id": image.id,
+            "tag": tags[0] if tags else None,
             "base": base,
+            "base_digest": labels.get(LABEL_BASE_DIGEST) or None,
             "backend": backend,
             "torch": torch,
+            "suite": suite,
+            "revision": labels.get("org.opencontainers.image.revision"),
+            "source": labels.get("org.opencontainers.image.source"),
+            "recipe": recipe if isinstance(recipe, dict) else None,
         },
     )
 
@@ -252,8 +302,8 @@ def docker_run_line(
     folders it writes (else Docker makes them, owned by root), then `docker run`.
 
     The mounts are mounts_for(argv), as for every container the suite starts, plus extra_mounts
-    (host path -> "rw" | "ro"), each at the same path. The user is spelled
-    `"$(id -u):$(id -g)"`, left for the shell that the line is pasted into.
+    (host path -> "rw" | "ro"), each at the same path. argv may hold the placeholders of
+    suite.execute.shell (the pasting folder, the time); the user is the pasting user's ids.
     """
     args = list(argv[1:] if argv and argv[0] == "torch-matrix" else argv)
     mounts = collapse({**mounts_for(argv, env), **dict(extra_mounts or {})})
@@ -263,6 +313,7 @@ def docker_run_line(
         head += ["-v", f"{path}:{path}" + (":ro" if mode == "ro" else "")]
     for key, value in {**forwarded_env(env), "HOME": CONTAINER_HOME}.items():
         head += ["-e", f"{key}={value}"]
+    head += ["--user", shell.USER, image, *args]
     written = [p for p, mode in mounts.items() if mode == "rw"]
-    mkdir = f"{shlex.join(['mkdir', '-p', *written])} && " if written else ""
-    return f'{mkdir}{shlex.join(head)} --user "$(id -u):$(id -g)" {shlex.join([image, *args])}'
+    mkdir = f"{shell.join(['mkdir', '-p', *written])} && " if written else ""
+    return mkdir + shell.join(head)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,7 @@ from suite.core.matrix import Matrix, expand
 from suite.core.progress import Progress
 from suite.core.records import FAILED_STATUSES
 from suite.core.results import (
+    INPUTS_DIR,
     cell_file,
     failure_result,
     new_run_id,
@@ -31,7 +33,7 @@ from suite.execute.cell import run_cell, worker_argv
 from suite.execute.environment import RunOptions, probe_environment, suite_commit, worker_env
 from suite.execute.forkclient import ForkServer, fork_launcher_enabled
 from suite.execute.launch import Launcher, Step, run_process
-from suite.workloads import Resolved
+from suite.workloads import Resolved, file_part
 
 
 @dataclass
@@ -58,6 +60,21 @@ def _reusable(path: Path, spec: CellSpec, torch_version: str) -> dict[str, Any] 
     if doc["torch"] is not None and doc["torch"].get("version") != torch_version:
         return None
     return doc
+
+
+def keep_inputs(run_dir: Path, files: Sequence[Path]) -> None:
+    """Copy each input file into RUN_DIR/inputs/<its absolute path>, so that the run directory
+    alone (a CI artifact) holds what its reproduce lines name (suite/flows/repro.py)."""
+    for file in files:
+        source = file.absolute()
+        if not source.is_file():
+            continue
+        copy = run_dir / INPUTS_DIR / source.relative_to(source.anchor)
+        try:
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, copy)
+        except OSError as exc:
+            raise EnvironmentProblem(f"cannot keep a copy of {source} in {copy}: {exc}") from exc
 
 
 class Run:
@@ -143,9 +160,20 @@ class Run:
             ],
         }
         self.doc.update(extra or {})
+        keep_inputs(self.dir, self._input_files())
         self._index = {(c["cell_id"], c["round"]): c for c in self.doc["cells"]}
         self._records: dict[tuple[str, int], dict[str, Any]] = {}
         write_run(self.path, self.doc)
+
+    def _input_files(self) -> list[Path]:
+        """The files the run read that a reproduction needs: matrix, plugins, policy."""
+        named = [
+            self.doc["matrix"]["file"],
+            *(file_part(ref) for ref in self.doc["workloads"]),
+            (self.doc.get("policy") or {}).get("file"),
+        ]
+        cwd = Path(self.doc["cwd"])
+        return [cwd / f for f in named if f and not str(f).startswith("<")]
 
     def reusable(self, spec: CellSpec, round_no: int) -> dict[str, Any] | None:
         """The valid record --resume would keep for this round, if any."""

@@ -3,17 +3,21 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
+from suite.execute.indexes import Indexes
 from suite.execute.launch import Launcher, run_process
 
 
 @dataclass(frozen=True)
 class Side:
-    spec: str  # as the user wrote it
+    spec: str  # as the user wrote it (written only through suite.core.secrets.redact_text)
     label: str  # short, for reports
     interpreter: str
     prepared_s: float  # time to get the environment ready (0 when cached)
     kind: str  # "current", "python", "requirement", "docker"
     launcher: Launcher = run_process
-    image: dict[str, str | None] | None = None  # reference and digest, for docker sides
+    # docker sides: reference, digest, the recipe and suite labels (suite/execute/docker.py)
+    image: dict[str, Any] | None = None
+    indexes: Indexes = field(default_factory=Indexes)  # where a requirement side's torch came from

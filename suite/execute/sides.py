@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from suite.core.errors import EnvironmentProblem, InputError
+from suite.core.secrets import redact_text
+from suite.execute.indexes import Indexes
 from suite.execute.side_record import Side
 
 __all__ = ["Side", "parse", "prepare"]
@@ -56,14 +58,29 @@ def _venv_python(venv: Path) -> Path:
 
 
 def venv_for(
-    requirement: str, *, log: Path | None = None, python: str = sys.executable
+    requirement: str,
+    *,
+    log: Path | None = None,
+    python: str = sys.executable,
+    indexes: Indexes | None = None,
 ) -> tuple[Path, float]:
-    """A cached venv with this torch requirement; built once, reused after (returns build time)."""
+    """A cached venv with this torch requirement, installed from these indexes; built once,
+    reused after (returns build time). The cache key holds the indexes without credentials, so
+    another index is another venv and another token is not; pip gets them in its environment."""
+    indexes = indexes or Indexes()
     key_src = json.dumps(
-        [requirement, sys.version_info[:2], os.path.realpath(python), WORKER_REQUIREMENTS]
+        [
+            requirement,
+            sys.version_info[:2],
+            os.path.realpath(python),
+            WORKER_REQUIREMENTS,
+            *([indexes.public()] if indexes else []),
+        ]
     )
     key = hashlib.sha256(key_src.encode()).hexdigest()[:16]
-    venv = cache_root() / "venvs" / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', requirement)}-{key}"
+    shown = redact_text(requirement)
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", shown.replace("***@", ""))[:80]
+    venv = cache_root() / "venvs" / f"{name}-{key}"
     ready = venv / ".torch-matrix-ready"
     if ready.is_file():
         return _venv_python(venv), 0.0
@@ -71,67 +88,77 @@ def venv_for(
     if venv.exists():
         shutil.rmtree(venv)  # an earlier build that did not finish
     venv.parent.mkdir(parents=True, exist_ok=True)
-    steps = [
-        [python, "-m", "venv", str(venv)],
-        [
-            str(_venv_python(venv)),
-            "-m",
-            "pip",
-            "install",
-            "--disable-pip-version-check",
-            "-q",
-            requirement,
-            *WORKER_REQUIREMENTS,
-        ],
-    ]
+    pip = [str(_venv_python(venv)), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
+    steps = [[python, "-m", "venv", str(venv)], [*pip, requirement, *WORKER_REQUIREMENTS]]
+    env = {**os.environ, **indexes.pip_env()}
+    where = f" from {indexes.shown()}" if indexes else ""
     for argv in steps:
+        shown_argv = redact_text(" ".join(argv))
         try:
             proc = subprocess.run(
-                argv, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, check=False
+                argv,
+                capture_output=True,
+                text=True,
+                timeout=INSTALL_TIMEOUT_S,
+                check=False,
+                env=env,
             )
         except subprocess.TimeoutExpired as exc:
             raise EnvironmentProblem(
-                f"{' '.join(argv)} timed out after {INSTALL_TIMEOUT_S:.0f}s"
+                f"{shown_argv} timed out after {INSTALL_TIMEOUT_S:.0f}s"
             ) from exc
         if log is not None:
             log.parent.mkdir(parents=True, exist_ok=True)
             with open(log, "a", encoding="utf-8") as fh:
-                fh.write(f"$ {' '.join(argv)}\n{proc.stdout}{proc.stderr}\n")
+                fh.write(redact_text(f"$ {shown_argv}{where}\n{proc.stdout}{proc.stderr}\n"))
         if proc.returncode != 0:
             shutil.rmtree(venv, ignore_errors=True)
             raise EnvironmentProblem(
-                f"could not prepare an environment for {requirement!r}: {' '.join(argv[:4])} … "
-                f"exited {proc.returncode}:\n{proc.stderr.strip()[-1500:]}"
+                f"could not prepare an environment for {shown!r}{where}: "
+                f"{' '.join(shown_argv.split()[:4])} … exited {proc.returncode}:\n"
+                f"{redact_text(proc.stderr.strip())[-1500:]}"
             )
-    ready.write_text(requirement + "\n", encoding="utf-8")
+    ready.write_text(shown + "\n", encoding="utf-8")
     return _venv_python(venv), time.perf_counter() - start
 
 
-def prepare(spec: str, role: str, *, log: Path | None = None) -> Side:
-    """The side a spec names, ready to run workers (a venv built, an image resolved)."""
-    return _kind(spec, role).prepare(spec, role, log)
+def prepare(
+    spec: str, role: str, *, log: Path | None = None, indexes: Indexes | None = None
+) -> Side:
+    """The side a spec names, ready to run workers (a venv built, an image resolved). Indexes
+    apply to a torch requirement only: another kind of side has its torch already."""
+    kind = _kind(spec, role)
+    if indexes and kind.name != "requirement":
+        raise InputError(
+            f"an index URL applies to a torch requirement side (torch==X.Y.Z), not to {spec!r}",
+            option=f"--{role}-index-url",
+        )
+    if indexes:
+        indexes.expanded(option=f"--{role}-index-url")  # a missing ${VAR} fails before pip
+    return kind.prepare(spec, role, log, indexes or Indexes())
 
 
-def _current(spec: str, role: str, log: Path | None) -> Side:
+def _current(spec: str, role: str, log: Path | None, indexes: Indexes) -> Side:
     return Side(spec, "current", sys.executable, 0.0, "current")
 
 
-def _python(spec: str, role: str, log: Path | None) -> Side:
+def _python(spec: str, role: str, log: Path | None, indexes: Indexes) -> Side:
     path = shutil.which(spec) or spec
     if not Path(path).is_file():
         raise InputError(f"interpreter {spec!r} does not exist", option=f"--{role}")
     return Side(spec, Path(path).parent.parent.name or spec, path, 0.0, "python")
 
 
-def _docker(spec: str, role: str, log: Path | None) -> Side:
+def _docker(spec: str, role: str, log: Path | None, indexes: Indexes) -> Side:
     from suite.execute.docker import prepare_docker  # the Docker SDK only when a side needs it
 
     return prepare_docker(spec, role)
 
 
-def _requirement(spec: str, role: str, log: Path | None) -> Side:
-    interpreter, took = venv_for(spec, log=log)
-    return Side(spec, spec, str(interpreter), took, "requirement")
+def _requirement(spec: str, role: str, log: Path | None, indexes: Indexes) -> Side:
+    interpreter, took = venv_for(spec, log=log, indexes=indexes)
+    label = redact_text(spec) + (f" ({indexes.shown()})" if indexes else "")
+    return Side(spec, label, str(interpreter), took, "requirement", indexes=indexes)
 
 
 @dataclass(frozen=True)
@@ -140,7 +167,7 @@ class SideKind:
 
     name: str
     matches: Callable[[str], bool]
-    prepare: Callable[[str, str, Path | None], Side]
+    prepare: Callable[[str, str, Path | None, Indexes], Side]
 
 
 # Tried in order: the first kind whose test matches the spec is its kind.

@@ -21,6 +21,7 @@ from suite.core.matrix import Matrix
 from suite.core.progress import Progress
 from suite.core.records import Cell
 from suite.core.results import read_run, record_wall_s
+from suite.core.secrets import redact_text
 from suite.core.spec import CellSpec
 from suite.execute.environment import RunOptions
 from suite.execute.runner import Run
@@ -30,12 +31,10 @@ from suite.flows.compare import decide, differences
 from suite.flows.rollback import run_checks
 from suite.judge.gates import side_status, timing_verdict
 from suite.judge.policy import Policy
+from suite.judge.registry import PERFORMANCE_GATES
 from suite.judge.rollback import judge_rollback
 from suite.judge.sequential import TIMING_GATES, Design
 from suite.workloads import Resolved
-
-# Gates whose failure earns a cell a profiler trace of one more step per side.
-TRACED_GATES = (*TIMING_GATES, "peak_memory", "memory_budget")
 
 
 @dataclass(frozen=True)
@@ -241,13 +240,25 @@ def run_ab(
             progress=options.progress,
             launcher=side.launcher,
         )
+        ab: dict[str, Any] = {
+            "spec": redact_text(side.spec),
+            "identity": identity,
+            "design": design.as_dict(),
+        }
+        if side.indexes:
+            ab["indexes"] = {
+                "index_url": redact_text(side.indexes.index_url or "") or None,
+                "extra_index_urls": [redact_text(u) for u in side.indexes.extra_index_urls],
+            }
         extra = {
             "label": side.label,
             "side": role,
             "prepared_s": side.prepared_s,
             "policy": {"file": policy.file, "sha256": policy.sha256, "profile": policy.profile},
-            "ab": {"spec": side.spec, "identity": identity, "design": design.as_dict()},
+            "ab": ab,
         }
+        if side.image is not None:
+            extra["image"] = side.image
         runs[role] = Run(matrix, options=run_options, cells=cells, resolved=resolved, extra=extra)
     comparable = not differences(runs["baseline"].environment, runs["candidate"].environment)
     rounds = Rounds(runs, policy, design, comparable, options.progress)
@@ -303,7 +314,9 @@ def _trace_failures(
     by_id = {c.cell_id: c for c in cells}
     artifacts: dict[str, dict[str, str]] = {}
     for cell in decision["cells"]:
-        if not any(g["gate"] in TRACED_GATES and g["verdict"] == "fail" for g in cell["gates"]):
+        if not any(
+            g["gate"] in PERFORMANCE_GATES and g["verdict"] == "fail" for g in cell["gates"]
+        ):
             continue
         spec = by_id.get(cell["cell_id"])
         if spec is None:
@@ -316,4 +329,4 @@ def _trace_failures(
 
 
 def describe(side: Side) -> str:
-    return f"{side.spec} ({shlex.quote(side.interpreter)})"
+    return f"{redact_text(side.spec)} ({shlex.quote(side.interpreter)})"

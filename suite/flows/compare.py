@@ -12,6 +12,7 @@ from suite.core.errors import InputError
 from suite.core.records import Cell
 from suite.core.results import read_run_dir, utc_now
 from suite.core.validation import validate
+from suite.flows.repro import repro_record
 from suite.judge.policy import Policy
 from suite.judge.registry import evaluate_cell
 from suite.judge.rules import apply_rules, overall
@@ -57,7 +58,8 @@ class Side:
             "git_version": env["torch"].get("git_version"),
             "dir": str(self.dir),
             "interpreter": self.run.get("interpreter"),
-            "image": env.get("image"),
+            # What prepared the side knew (recipe, suite, tag) over what the worker saw.
+            "image": self.run.get("image") or env.get("image"),
             "rounds": max((len(v) for v in self.results.values()), default=0),
         }
 
@@ -84,13 +86,6 @@ def differences(base: dict[str, Any], cand: dict[str, Any]) -> list[dict[str, An
     return out
 
 
-def repro_command(side: Side, cell_id: str, record: dict[str, Any] | None) -> str:
-    """The `torch-matrix run` line that reruns just this cell with the side's interpreter."""
-    from suite.flows.repro import host_line  # repro imports this module
-
-    return host_line(side.dir, side.run, record, cell_id)
-
-
 def _check_same_matrix(base: Side, cand: Side) -> None:
     if (
         base.run["matrix"]["sha256"] != cand.run["matrix"]["sha256"]
@@ -103,14 +98,6 @@ def _check_same_matrix(base: Side, cand: Side) -> None:
             file=str(cand.dir / "run.json"),
             path="$.matrix.sha256",
         )
-
-
-def docker_repro_line(
-    run_dir: Path, run: dict[str, Any], record: dict[str, Any] | None, cell_id: str
-) -> str | None:
-    from suite.flows.repro import docker_repro_line as line  # repro imports this module
-
-    return line(run_dir, run, record, cell_id)
 
 
 def design_of(base: Side, cand: Side, policy: Policy) -> Design:
@@ -150,13 +137,16 @@ def decide(
                 f"judged under {policy.sha256[:12]}"
             )
     design = design_of(base, cand, policy)
+    sides = {"baseline": (base.dir, base.run), "candidate": (cand.dir, cand.run)}
+    # Sides that sit side by side (an ab folder, a CI job's artifact) are reproduced from there.
+    root = base.dir.parent.absolute() if base.dir.parent == cand.dir.parent else None
     cells = []
     ids = list(dict.fromkeys([*base.results, *cand.results]))
     for cell_id in ids:
         b, c = base.results.get(cell_id, []), cand.results.get(cell_id, [])
         spec = (c or b)[0]["spec"]
         gates = evaluate_cell(policy, b, c, comparable, design)
-        failing = any(g["verdict"] in ("fail", "new-failure") for g in gates)
+        failing = {g["gate"] for g in gates if g["verdict"] in ("fail", "new-failure")}
         cells.append(
             {
                 "cell_id": cell_id,
@@ -167,10 +157,7 @@ def decide(
                 "baseline_status": b[0]["status"] if b else None,
                 "candidate_status": c[0]["status"] if c else None,
                 "gates": gates,
-                "repro": {
-                    "command": repro_command(cand, cell_id, c[0] if c else None),
-                    "docker": docker_repro_line(cand.dir, cand.run, c[0] if c else None, cell_id),
-                }
+                "repro": repro_record(sides, cell_id, c[0] if c else None, failing, root)
                 if failing
                 else None,
                 "artifacts": (artifacts or {}).get(cell_id, {}),

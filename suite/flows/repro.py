@@ -5,7 +5,6 @@ directory beside the original, RESULTS/repro/CELL_ID/RUN_ID, never over it."""
 from __future__ import annotations
 
 import difflib
-import shlex
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -13,11 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from suite.core.errors import EnvironmentProblem, InputError
-from suite.core.results import cell_file, new_run_id, read_result, read_run
+from suite.core.results import INPUTS_DIR, cell_file, new_run_id, read_result, read_run
+from suite.execute import shell
 from suite.execute.launch import Step
 from suite.workloads import file_part
 
 REPRO_DIR = "repro"
+REPRO_AB_DIR = "repro-ab"  # where a pasted ab line writes, beside baseline/ and candidate/
 # In an ab directory the candidate comes first: a decision is about the candidate.
 AB_SIDES = ("candidate", "baseline")
 DEFAULT_CELL_TIMEOUT_S = 600.0
@@ -82,8 +83,14 @@ def _round(cell: dict[str, Any]) -> int:
 
 
 def image_of(located: Located) -> dict[str, Any] | None:
-    """The image the cell ran in: the record's own, else the run's environment's."""
-    for image in ((located.record or {}).get("image"), located.run["environment"].get("image")):
+    """The image the cell ran in: as the side's preparation resolved it (with its id and
+    recipe), else the record's own, else the run's environment's."""
+    candidates = (
+        located.run.get("image"),
+        (located.record or {}).get("image"),
+        located.run["environment"].get("image"),
+    )
+    for image in candidates:
         if isinstance(image, dict) and (image.get("digest") or image.get("reference")):
             return image
     return None
@@ -94,49 +101,83 @@ def _absolute(path: str, cwd: str | None) -> Path:
     return p if p.is_absolute() or not cwd else Path(cwd) / p
 
 
-def cell_argv(run: dict[str, Any], cell_id: str, out: Path, python: str | None) -> list[str]:
-    """`torch-matrix run` for just this cell, with the run's matrix, workloads, profile and
-    limits; paths absolute (against the run's cwd) so the line works from anywhere."""
-    argv = ["torch-matrix", "run"]
+def input_copy(path: Path, run_dir: Path) -> Path:
+    """The copy of an input file (matrix, plugin, policy) that the run kept under INPUTS_DIR, by
+    its absolute path, when there is one: a results artifact then holds what its lines name."""
+    copy = run_dir / INPUTS_DIR / path.relative_to(path.anchor)
+    return copy if copy.is_file() else path
+
+
+def _inputs(
+    run: dict[str, Any], run_dir: Path | None, root: Path | None
+) -> tuple[list[str], str | None]:
+    """(--matrix and --workload options, a way to show a path) for a line rerunning the run's
+    cells: inputs by their copies in the run directory when it kept them, under the pasting
+    folder when root is given."""
     cwd = run.get("cwd")
+
+    def shown(path: str) -> str:
+        p = _absolute(path, cwd)
+        p = input_copy(p, run_dir) if run_dir is not None else p
+        return str(shell.under(p, root))
+
+    argv: list[str] = []
     if not run["matrix"]["file"].startswith("<"):
-        argv += ["--matrix", str(_absolute(run["matrix"]["file"], cwd))]
+        argv += ["--matrix", shown(run["matrix"]["file"])]
     for ref in run["workloads"]:
         target = file_part(ref)
         if target is not None:
-            ref = f"{_absolute(target, cwd)}:{ref.rsplit(':', 1)[1]}"
+            ref = f"{shown(target)}:{ref.rsplit(':', 1)[1]}"
         argv += ["--workload", ref]
-    argv += ["--cell", cell_id, "--size", run["profile"]]
+    policy = run.get("policy") or {}
+    file = policy.get("file")
+    return argv, shown(file) if file and not str(file).startswith("<") else None
+
+
+def _limits(run: dict[str, Any]) -> list[str]:
     options = run.get("options") or {}
+    argv = []
     if options.get("timeout_s"):
         argv += ["--timeout", f"{options['timeout_s']:g}"]
     if options.get("memory_limit_bytes"):
         argv += ["--memory-limit", f"{options['memory_limit_bytes'] / 2**30:.4f}"]
+    return argv
+
+
+def cell_argv(
+    run: dict[str, Any],
+    cell_id: str,
+    out: Path,
+    python: str | None,
+    *,
+    run_dir: Path | None = None,
+    root: Path | None = None,
+) -> list[str]:
+    """`torch-matrix run` for just this cell, with the run's matrix, workloads, profile and
+    limits; paths absolute (against the run's cwd), or under the pasting folder for those below
+    root, so the line works from anywhere (or from the results folder)."""
+    inputs, _ = _inputs(run, run_dir, root)
+    argv = ["torch-matrix", "run", *inputs, "--cell", cell_id, "--size", run["profile"]]
+    argv += _limits(run)
     if python:
         argv += ["--python", python]
     return [*argv, "--out", str(out)]
 
 
-# The reproduce line writes into RUN_DIR/repro/CELL_ID/<UTC time of the paste>: the same text
-# in the decision, the PR comment and `repro`'s output, and a fresh folder each time it runs.
-OUT_STAMP = '"$(date -u +%Y%m%dT%H%M%SZ)"'
-_STAMP_DIR = "__RUN_TIME__"  # the folder name the shell's timestamp stands in for
-
-
-def _stamped(line: str, base: Path) -> str:
-    """The line with its output folder named by the shell's timestamp at paste time."""
-    return line.replace(
-        shlex.quote(str(base / _STAMP_DIR)), f"{shlex.quote(str(base))}/{OUT_STAMP}"
-    )
-
-
 def make_plan(
-    located: Located, cell_id: str, out: Path | None = None, *, host: bool = False
+    located: Located,
+    cell_id: str,
+    out: Path | None = None,
+    *,
+    host: bool = False,
+    root: Path | None = None,
 ) -> Plan:
     """How to rerun the cell: the argv that runs it into out (default: a new
-    RUN_DIR/repro/CELL_ID/RUN_ID) and the line to paste, which writes beside it. Every
-    reproduce line, in the decision record, the PR comment and `repro`, comes from here. With
-    host, the line runs on the host with the side's interpreter even for a run in an image."""
+    RUN_DIR/repro/CELL_ID/RUN_ID) and the line to paste, which writes beside it into a folder
+    named by the time of the paste. Every reproduce line, in the decision record, the PR comment
+    and `repro`, comes from here. With host, the line runs on the host with the side's
+    interpreter even for a run in an image; with root, the line names what lies below root by
+    the folder it is pasted in (a downloaded results artifact), never by the runner's paths."""
     from suite.execute.docker import IMAGE_BASE_VAR, docker_run_line, image_env
     from suite.execute.environment import PROBE_TIMEOUT_S, WORKER_ENV
     from suite.execute.mounts import mounts_for
@@ -150,11 +191,11 @@ def make_plan(
     timeout_s = float(timeout) + PROBE_TIMEOUT_S + SLACK_S
     # Inside an image its own python runs the cells, so no --python.
     python = run.get("interpreter") if image is None else None
-    argv = cell_argv(run, cell_id, out, python)
-    pasted = cell_argv(run, cell_id, base_out / _STAMP_DIR, python)
+    argv = cell_argv(run, cell_id, out, python, run_dir=located.run_dir)
+    pasted_out = shell.under(base_out, root) / shell.TIME
+    pasted = cell_argv(run, cell_id, pasted_out, python, run_dir=located.run_dir, root=root)
     if image is None:
-        line = _stamped(shlex.join(pasted), base_out)
-        return Plan(cell_id, argv, out, None, backend, {}, {}, line, timeout_s)
+        return Plan(cell_id, argv, out, None, backend, {}, {}, shell.join(pasted), timeout_s)
     mounts = mounts_for(argv)  # what the container will see, as for every step
     # The variables the run recorded, less what the suite sets itself for every worker.
     env = {
@@ -165,18 +206,98 @@ def make_plan(
     recorded = run["environment"].get("env_vars") or {}
     base = image.get("base") or recorded.get(IMAGE_BASE_VAR)
     env.update(image_env(image.get("reference"), image.get("digest"), base))
-    ref = image.get("digest") or image["reference"]
-    line = _stamped(docker_run_line(ref, backend, pasted, env), base_out)
+    line = docker_run_line(runnable(image), backend, pasted, env)
     return Plan(cell_id, argv, out, image, backend, env, mounts, line, timeout_s)
 
 
-def host_line(
-    run_dir: Path, run: dict[str, Any], record: dict[str, Any] | None, cell_id: str
-) -> str:
-    """The `torch-matrix run` line that reruns the cell with the side's interpreter (the
-    decision record's repro.command), from the same builder as every other line."""
-    located = Located(run_dir, None, run, record, cell_file(run_dir, cell_id))
-    return make_plan(located, cell_id, host=True).line
+def runnable(image: dict[str, Any]) -> str:
+    """What `docker run` takes for the image, pinned: the registry digest, else the image id."""
+    if image.get("digest_kind") == "image-id" and image.get("id"):
+        return str(image["id"])
+    return str(image.get("digest") or image["reference"])
+
+
+def side_spec(run: dict[str, Any]) -> str:
+    """The ab side that runs the same thing again: an image by digest (a local one as TAG@ID,
+    which suite/execute/docker.py resolves), else the side as the A/B was given it."""
+    image = run.get("image") or {}
+    if image.get("digest_kind") == "repo-digest" and image.get("digest"):
+        return f"docker:{image['digest']}"
+    if image.get("id"):
+        tag = image.get("tag")
+        return f"docker:{tag.rsplit(':', 1)[0]}@{image['id']}" if tag else f"docker:{image['id']}"
+    spec = str((run.get("ab") or {}).get("spec") or "current")
+    return str(run.get("interpreter") or spec) if spec == "current" else spec
+
+
+def ab_line(sides: dict[str, tuple[Path, dict[str, Any]]], cell_id: str, root: Path | None) -> str:
+    """The `torch-matrix ab` line that repeats the paired comparison of one cell on the same two
+    sides (role -> (run directory, run record)): for a timing or memory regression, where one
+    side alone shows nothing."""
+    cand_dir, cand_run = sides["candidate"]
+    argv = ["torch-matrix", "ab"]
+    for role, (_, run) in sides.items():
+        argv += [f"--{role}", side_spec(run)]
+        indexes = (run.get("ab") or {}).get("indexes") or {}
+        if indexes.get("index_url"):
+            argv += [f"--{role}-index-url", indexes["index_url"]]
+        for url in indexes.get("extra_index_urls") or []:
+            argv += [f"--{role}-extra-index-url", url]
+    inputs, policy = _inputs(cand_run, cand_dir, root)
+    argv += [*inputs, "--cell", cell_id, "--size", cand_run["profile"]]
+    if policy:
+        argv += ["--policy", policy]
+    profile = (cand_run.get("policy") or {}).get("profile")
+    if profile:
+        argv += ["--profile", profile]
+    argv += _limits(cand_run)
+    out = shell.under((root or cand_dir.parent) / REPRO_AB_DIR / cell_id, root) / shell.TIME
+    return shell.join([*argv, "--out", str(out)])
+
+
+def build_lines(sides: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """role -> the `docker build` line that makes a side's image again, for each image that was
+    never pushed (a registry's digest needs none: docker pulls it)."""
+    from suite.execute.images import rebuild_line
+
+    lines = {}
+    for role, run in sides.items():
+        image = run.get("image") or {}
+        recipe = image.get("recipe")
+        if image.get("digest_kind") == "image-id" and isinstance(recipe, dict):
+            tag = image.get("tag") or f"torch-matrix/{recipe.get('backend')}:rebuilt"
+            lines[role] = rebuild_line(
+                recipe, image.get("base"), image.get("revision"), image.get("source"), tag
+            )
+    return lines
+
+
+def repro_record(
+    sides: dict[str, tuple[Path, dict[str, Any]]],
+    cell_id: str,
+    record: dict[str, Any] | None,
+    failing: set[str],
+    root: Path | None,
+) -> dict[str, Any]:
+    """The decision's repro for a failing cell: the host line and, for a run in an image, the
+    `docker run` line of the candidate (a status or correctness failure shows on one side); the
+    `ab` line of both sides for a timing or memory regression; the `docker build` lines of
+    images that no registry holds. Lines name what lies below root by the pasting folder."""
+    from suite.judge.registry import PERFORMANCE_GATES
+
+    cand_dir, cand_run = sides["candidate"]
+    located = Located(cand_dir, None, cand_run, record, cell_file(cand_dir, cell_id))
+    doc: dict[str, Any] = {
+        "command": make_plan(located, cell_id, host=True).line,
+        "docker": make_plan(located, cell_id, root=root).line if image_of(located) else None,
+        "root": root.name if root is not None else None,
+    }
+    if failing & set(PERFORMANCE_GATES):
+        doc["ab"] = ab_line(sides, cell_id, root)
+    builds = build_lines({role: run for role, (_, run) in sides.items()})
+    if builds:
+        doc["build"] = builds
+    return doc
 
 
 def reproduce(plan: Plan) -> tuple[Path, dict[str, Any]]:
@@ -207,14 +328,3 @@ def reproduce(plan: Plan) -> tuple[Path, dict[str, Any]]:
     if not path.is_file():
         raise EnvironmentProblem(f"the reproduction wrote no record at {path}; see {plan.out}")
     return path, read_result(path)
-
-
-def docker_repro_line(
-    run_dir: Path, run: dict[str, Any], record: dict[str, Any] | None, cell_id: str
-) -> str | None:
-    """The `docker run` line for a decision record's repro.docker: None when the run was not in
-    an image. It is what `repro CELL_ID --results RUN_DIR` prints."""
-    located = Located(run_dir, None, run, record, cell_file(run_dir, cell_id))
-    if image_of(located) is None:
-        return None
-    return make_plan(located, cell_id).line

@@ -50,6 +50,10 @@ class Inputs:
 
 GateFn = Callable[[Gate, Inputs], "GateRecord | None"]
 
+# Gates about speed and memory: a failure of one earns a profiler trace of both sides and is
+# reproduced by pairing the sides again (an ab line), since one side alone shows nothing.
+PERFORMANCE_GATES = (*TIMING_GATES, "peak_memory", "memory_budget")
+
 
 def _metric(name: str) -> GateFn:
     fn = METRIC_GATES[name]

@@ -129,7 +129,9 @@ def read_dockerfile(
                     raise Unreadable(
                         f"line {line}: FROM {resolved}: the tag names no torch version"
                     )
-                found.append(Found("torch", f"torch=={version}", line, "FROM", "lock"))
+                found.append(
+                    Found("torch", f"torch=={version}", line, "FROM", "lock", image=resolved)
+                )
             elif repo in _TAG_IS_RELEASE:
                 raise Unreadable(
                     f"line {line}: FROM {resolved}: cannot tell the torch version from an NGC "

@@ -49,6 +49,7 @@ class Pin:
     extra_index_urls: tuple[str, ...] = ()
     package: str = "torch"  # or torchvision, torchaudio, triton
     kind: str = "manifest"  # "lock": one resolved version, which wins over a manifest's range
+    image: str | None = None  # the pin is this image (a Dockerfile's FROM pytorch/pytorch:...)
 
     @property
     def exact(self) -> bool:
@@ -92,6 +93,7 @@ def _make_pin(
     index_url: str | None,
     extra: tuple[str, ...] = (),
     kind: str = "manifest",
+    image: str | None = None,
 ) -> Pin | None:
     specs = list(req.specifier)
     if not specs and not req.url:
@@ -111,6 +113,7 @@ def _make_pin(
         extra_index_urls=extra,
         package=package,
         kind=kind,
+        image=image,
     )
 
 
@@ -271,7 +274,7 @@ def _from_found(file: str, found: list[Found]) -> list[Pin]:
             req = Requirement(f.requirement)
         except InvalidRequirement as exc:
             raise Unreadable(f"{f.where}: {f.requirement!r} does not parse: {exc}") from None
-        pin = _make_pin(file, f.line, req, f.index_url, kind=f.kind)
+        pin = _make_pin(file, f.line, req, f.index_url, kind=f.kind, image=f.image)
         pins += [pin] if pin else []
     return pins
 

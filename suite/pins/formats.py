@@ -46,6 +46,7 @@ class Found:
     where: str  # a path inside the file: "$.package[3]", "line 4", "FROM"
     kind: str  # "lock" (one resolved version) or "manifest" (a requirement)
     index_url: str | None = None
+    image: str | None = None  # a Dockerfile's FROM image that holds this torch
 
 
 def tracked(name: str) -> str | None:

@@ -1,0 +1,578 @@
+"""Images for docker: sides: one pin's torch (or a team's base image that already holds torch) with
+this very suite, built from images/<backend>/Dockerfile by `docker build` (BuildKit).
+
+A Recipe is everything that decides what goes into an image: the backend's Dockerfile, the torch
+version, the index and extra indexes it comes from (or a wheel folder), the companions the pin
+moves with it, and the base image, resolved to its digest. Its key names the image
+(torch-matrix/cpu:torch-2.14.1-KEY); Docker's layer cache makes a rebuild of an unchanged recipe
+cost seconds, so an unchanged baseline is never built twice.
+
+The suite inside an image must be the suite that drives it: the image carries the digest of its
+suite's source as the label dev.torch-matrix.suite, and a docker: side whose label differs from
+the running suite is refused (suite/execute/docker.py). The recipe, credential-free, is the label
+dev.torch-matrix.recipe: what the `docker build` line of a reproduction is made from.
+
+Credentials never reach a layer, a label, a tag, a log or a record: an index URL with
+user:token@ goes to the build as the BuildKit secret pip-index, and everywhere else as its
+credential-free or masked form.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from suite.core.errors import EnvironmentProblem, InputError
+from suite.core.secrets import redact_text
+from suite.execute.devices import device_flags
+from suite.execute.indexes import Indexes
+
+DOCKERFILES = {
+    "cpu": "images/cpu/Dockerfile",
+    "cuda": "images/cuda/Dockerfile",
+    "rocm": "images/rocm/Dockerfile",
+}
+LABEL_SUITE = "dev.torch-matrix.suite"
+LABEL_RECIPE = "dev.torch-matrix.recipe"
+LABEL_BASE_DIGEST = "org.opencontainers.image.base.digest"
+LABEL_REVISION = "org.opencontainers.image.revision"
+LABEL_SOURCE = "org.opencontainers.image.source"
+DEFAULT_REPOSITORY = "torch-matrix"
+BUILD_TIMEOUT_S = 3 * 3600.0
+PUSH_TIMEOUT_S = 3600.0
+SMOKE_TIMEOUT_S = 900.0
+INSPECT_TIMEOUT_S = 60.0
+# Where a wheel folder outside the build context is linked in for the build, then removed.
+WHEEL_LINKS = ".whl/build"
+WHEEL_REBUILD_DIR = ".whl/torch"  # where a rebuild line expects a wheel folder's wheels
+_TAG_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+_DEFAULT_BASE = re.compile(r"^ARG BASE_IMAGE=(\S+)\s*$", re.MULTILINE)
+
+
+# --- the suite's identity -------------------------------------------------------------------
+
+
+def _schema_dir(package: Path) -> Path:
+    """schemas/ of an installed suite (suite/schemas) or of a source checkout (beside suite/)."""
+    inside = package / "schemas"
+    return inside if inside.is_dir() else package.parent / "schemas"
+
+
+def suite_digest(package: Path | None = None) -> str:
+    """sha256 over the suite's Python files, data files and schemas, by relative path: the same
+    for a source checkout and for the installed package that pip made from it."""
+    if package is None:
+        import suite
+
+        package = Path(suite.__file__).resolve().parent
+    files: list[tuple[str, Path]] = []
+    for path in package.rglob("*"):
+        rel = path.relative_to(package)
+        if "__pycache__" in rel.parts or rel.parts[0] == "schemas" or not path.is_file():
+            continue
+        if path.suffix == ".py" or (rel.parts[0] == "data" and path.suffix in (".yaml", ".json")):
+            files.append((f"suite/{rel.as_posix()}", path))
+    files += [(f"schemas/{p.name}", p) for p in _schema_dir(package).glob("*.json")]
+    digest = hashlib.sha256()
+    for name, path in sorted(files):
+        digest.update(name.encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
+    return "sha256:" + digest.hexdigest()
+
+
+def source_context() -> Path | None:
+    """The checkout the running suite comes from, when it is one (it holds images/)."""
+    import suite
+
+    root = Path(suite.__file__).resolve().parent.parent
+    return root if (root / "images").is_dir() and (root / "pyproject.toml").is_file() else None
+
+
+# --- recipes --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Recipe:
+    backend: str
+    torch: str  # the exact version, 2.14.1 or 2.14.1+cu128
+    from_base: bool = False  # the base image already holds this torch
+    base: str | None = None  # None: the Dockerfile's default
+    indexes: Indexes = field(default_factory=Indexes)
+    companions: tuple[str, ...] = ()  # torchvision==0.24.1, triton==3.5.1
+    wheel_dir: str | None = None  # a folder of wheels: then nothing comes from an index
+
+    def __post_init__(self) -> None:
+        if self.backend not in DOCKERFILES:
+            raise InputError(
+                f"no image for backend {self.backend!r}; images exist for "
+                f"{', '.join(DOCKERFILES)} (mps runs natively on macOS)",
+                option="--backend",
+            )
+        if not re.fullmatch(r"[0-9][0-9A-Za-z.+!_-]*", self.torch):
+            raise InputError(
+                f"torch must be an exact version such as 2.14.1, got {self.torch!r}",
+                option="--torch",
+            )
+        if self.from_base and self.base is None:
+            raise InputError("--torch-from-base needs --base, the image that holds torch")
+
+    def public(self) -> dict[str, Any]:
+        """The recipe with every credential removed: for labels, records, keys and logs."""
+        return {
+            "backend": self.backend,
+            "dockerfile": DOCKERFILES[self.backend],
+            "torch": self.torch,
+            "from_base": self.from_base,
+            "base": self.base,
+            **self.indexes.public(),
+            "companions": list(self.companions),
+            "wheel_dir": self.wheel_dir,
+            "credentials": self.indexes.needs_secret(),
+        }
+
+    def secret_lines(self) -> str:
+        """The pip-index secret: the index variables with their credentials, for `set -a; .`."""
+        pairs = self.indexes.pip_env().items()
+        return "".join(f"{name}={shlex.quote(value)}\n" for name, value in pairs)
+
+    def build_args(self, wheel_dir: str | None = None) -> dict[str, str]:
+        """The Dockerfile's arguments that choose the torch (never a credential); wheel_dir is
+        the wheel folder's path inside the build context."""
+        public = self.public()
+        args = {
+            "TORCH_VERSION": self.torch,
+            "TORCH_FROM_BASE": "1" if self.from_base else "0",
+            "TORCH_COMPANIONS": " ".join(self.companions),
+        }
+        if self.base:
+            args["BASE_IMAGE"] = self.base
+        if public["index_url"]:
+            args["TORCH_INDEX_URL"] = public["index_url"]
+        if public["extra_index_urls"]:
+            args["TORCH_EXTRA_INDEX_URLS"] = " ".join(public["extra_index_urls"])
+        if wheel_dir or self.wheel_dir:
+            args["TORCH_WHEEL_DIR"] = wheel_dir or str(self.wheel_dir)
+        return args
+
+
+def recipe_key(
+    recipe: Recipe, suite: str, base_digest: str | None, wheels: str | None, dockerfile: str
+) -> str:
+    """What names the image: the credential-free recipe, the suite, the base's digest, the
+    wheels' names and sizes and the Dockerfile's text. Changing only the index changes it;
+    changing only a token does not."""
+    public = {**recipe.public(), "wheel_dir": None}  # the wheels count, not their folder's name
+    text = hashlib.sha256(dockerfile.encode()).hexdigest()
+    blob = json.dumps([public, suite, base_digest, wheels, text], sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def image_tag(recipe: Recipe, key: str, repository: str = DEFAULT_REPOSITORY) -> str:
+    what = "base" if recipe.from_base else "torch"
+    version = _TAG_UNSAFE.sub("-", recipe.torch)
+    return f"{repository.rstrip('/')}/{recipe.backend}:{what}-{version}-{key[:12]}"
+
+
+def _wheel_listing(folder: Path) -> str:
+    wheels = sorted(folder.glob("*.whl"))
+    if not wheels:
+        raise InputError("holds no wheels (*.whl)", file=str(folder), option="--wheel-dir")
+    return hashlib.sha256(
+        "\n".join(f"{w.name} {w.stat().st_size}" for w in wheels).encode()
+    ).hexdigest()
+
+
+# --- docker ---------------------------------------------------------------------------------
+
+
+def build_cli() -> list[str]:
+    """A docker client that runs BuildKit builds: one with buildx, else Debian's docker.io 20.10
+    client, whose built-in BuildKit needs no plugin. TORCH_MATRIX_DOCKER names another."""
+    chosen = os.environ.get("TORCH_MATRIX_DOCKER")
+    if chosen:
+        return [chosen]
+    docker = shutil.which("docker")
+    if docker is None:
+        raise EnvironmentProblem("docker is not installed (images/README.md says what is needed)")
+    probe = subprocess.run(
+        [docker, "buildx", "version"], capture_output=True, timeout=INSPECT_TIMEOUT_S, check=False
+    )
+    if probe.returncode != 0 and Path("/usr/bin/docker").is_file():
+        return ["/usr/bin/docker"]
+    return [docker]
+
+
+def _docker(
+    args: Sequence[str], timeout: float = INSPECT_TIMEOUT_S
+) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(
+            ["docker", *args], capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except FileNotFoundError:
+        raise EnvironmentProblem("docker is not installed") from None
+    except subprocess.TimeoutExpired:
+        raise EnvironmentProblem(f"docker {args[0]} timed out after {timeout:.0f}s") from None
+
+
+def inspect_image(reference: str) -> dict[str, Any] | None:
+    proc = _docker(["image", "inspect", reference])
+    if proc.returncode != 0:
+        return None
+    found: dict[str, Any] = json.loads(proc.stdout)[0]
+    return found
+
+
+@dataclass(frozen=True)
+class Base:
+    reference: str  # what FROM names: name@sha256:repo-digest when the base came from a registry
+    digest: str  # the repo digest's sha256, or the image id of a base that was never pushed
+    digest_kind: str  # "repo-digest" or "image-id"
+
+
+def resolve_base(reference: str, *, pull: bool = True) -> Base:
+    """The base pinned by its digest: a registry base by its repo digest (pulled if absent), a
+    local one (never pushed, e.g. the offline Debian base) by its image id."""
+    doc = inspect_image(reference)
+    if doc is None and pull:
+        proc = _docker(["pull", reference], timeout=PUSH_TIMEOUT_S)
+        if proc.returncode != 0:
+            raise EnvironmentProblem(
+                f"base image {reference!r} is not on this machine and could not be pulled: "
+                f"{redact_text(proc.stderr.strip())[-500:]}"
+            )
+        doc = inspect_image(reference)
+    if doc is None:
+        raise EnvironmentProblem(f"base image {reference!r} is not on this machine")
+    name = reference.split("@", 1)[0]
+    repo = name.rsplit(":", 1)[0] if ":" in name.rsplit("/", 1)[-1] else name
+    for repo_digest in doc.get("RepoDigests") or []:
+        if repo_digest.split("@", 1)[0] in (repo, f"docker.io/{repo}", f"docker.io/library/{repo}"):
+            return Base(
+                f"{repo}@{repo_digest.split('@', 1)[1]}",
+                repo_digest.split("@", 1)[1],
+                "repo-digest",
+            )
+    return Base(reference, str(doc["Id"]), "image-id")
+
+
+def default_base(context: Path, backend: str) -> str:
+    text = (context / DOCKERFILES[backend]).read_text("utf-8")
+    found = _DEFAULT_BASE.search(text)
+    if found is None:
+        raise EnvironmentProblem(f"{DOCKERFILES[backend]} names no default BASE_IMAGE")
+    return found[1]
+
+
+@dataclass(frozen=True)
+class Built:
+    """An image built for a side: what to run it as, and how it was made."""
+
+    tag: str
+    id: str  # sha256:… of the image's config: its digest on this machine
+    repo_digest: str | None  # registry/name@sha256:… once pushed
+    recipe: Recipe
+    base: Base
+    suite: str
+    key: str
+    revision: str | None
+    source: str | None
+    took_s: float
+    smoke: dict[str, Any] | None = None
+    log: str | None = None
+
+    @property
+    def side(self) -> str:
+        """The docker: side that runs it, pinned by digest: the registry's, else the tag with the
+        image id (suite/execute/docker.py resolves that on the machine that built it)."""
+        pinned = self.repo_digest or f"{self.tag.rsplit(':', 1)[0]}@{self.id}"
+        return f"docker:{pinned}"
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "kind": "torch-matrix/image",
+            "schema_version": 1,
+            "side": self.side,
+            "tag": self.tag,
+            "id": self.id,
+            "repo_digest": self.repo_digest,
+            "recipe": self.recipe.public(),
+            "base": {
+                "reference": self.base.reference,
+                "digest": self.base.digest,
+                "digest_kind": self.base.digest_kind,
+            },
+            "suite": self.suite,
+            "key": self.key,
+            "revision": self.revision,
+            "source": self.source,
+            "build_s": round(self.took_s, 3),
+            "rebuild": rebuild_line(
+                self.recipe.public(), self.base.reference, self.revision, self.source, self.tag
+            ),
+            "smoke": self.smoke,
+            "log": self.log,
+        }
+
+
+def rebuild_line(
+    recipe: Mapping[str, Any], base: str | None, revision: str | None, source: str | None, tag: str
+) -> str:
+    """The `docker build` line that makes the image again from its recipe (the Dockerfile at the
+    suite's commit, the same arguments, the base by digest); from the repository's URL at that
+    commit when both are known, else from a checkout of it (the line says which)."""
+    args = ["DOCKER_BUILDKIT=1", "docker", "build", "-f", str(recipe["dockerfile"])]
+    values = {
+        "BASE_IMAGE": base,
+        "TORCH_VERSION": recipe.get("torch"),
+        "TORCH_FROM_BASE": "1" if recipe.get("from_base") else None,
+        "TORCH_INDEX_URL": recipe.get("index_url"),
+        "TORCH_EXTRA_INDEX_URLS": " ".join(recipe.get("extra_index_urls") or []) or None,
+        "TORCH_COMPANIONS": " ".join(recipe.get("companions") or []) or None,
+        "TORCH_WHEEL_DIR": recipe.get("wheel_dir"),
+    }
+    if values["TORCH_WHEEL_DIR"]:
+        values["TORCH_WHEEL_DIR"] = WHEEL_REBUILD_DIR  # the Dockerfile reads it from the context
+    for name, value in values.items():
+        if value:
+            args += ["--build-arg", f"{name}={value}"]
+    if recipe.get("credentials"):
+        args += ["--secret", "id=pip-index,src=PIP_INDEX_FILE"]
+    args += ["-t", tag]
+    from_url = bool(source and source.startswith("https://") and revision not in (None, "unknown"))
+    context = f"{source}.git#{revision}" if from_url else "."
+    line = shlex.join([*args, context])
+    notes = []
+    if context == ".":
+        notes.append(f"in a checkout of torch-matrix at {revision or 'an unknown commit'}")
+    if recipe.get("credentials"):
+        notes.append("PIP_INDEX_FILE holds PIP_INDEX_URL=... with the index's credential")
+    if recipe.get("wheel_dir"):
+        notes.append(f"{WHEEL_REBUILD_DIR} must hold the wheels that were in {recipe['wheel_dir']}")
+    return line + (f"  # {'; '.join(notes)}" if notes else "")
+
+
+def _git_revision(context: Path) -> str | None:
+    proc = subprocess.run(
+        ["git", "-C", str(context), "rev-parse", "HEAD"],
+        capture_output=True,
+        text=True,
+        timeout=INSPECT_TIMEOUT_S,
+        check=False,
+    )
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+@contextlib.contextmanager
+def _wheels_in_context(context: Path, wheel_dir: Path | None) -> Iterator[str | None]:
+    """The wheel folder as a path inside the build context: as given when it is inside, else
+    hard-linked (copied across filesystems) into a folder that is removed after the build."""
+    if wheel_dir is None:
+        yield None
+        return
+    folder = wheel_dir.resolve()
+    if folder.is_relative_to(context):
+        yield folder.relative_to(context).as_posix()
+        return
+    link = context / WHEEL_LINKS / hashlib.sha256(str(folder).encode()).hexdigest()[:12]
+    shutil.rmtree(link, ignore_errors=True)
+    link.mkdir(parents=True)
+    try:
+        for wheel in folder.glob("*.whl"):
+            try:
+                os.link(wheel, link / wheel.name)
+            except OSError:
+                shutil.copy2(wheel, link / wheel.name)
+        yield link.relative_to(context).as_posix()
+    finally:
+        shutil.rmtree(link, ignore_errors=True)
+
+
+@dataclass
+class BuildOptions:
+    context: Path
+    log: Path
+    registry: str | None = None  # push there and run by its digest
+    network: str | None = None  # docker build --network (host: an index on loopback)
+    smoke: bool = True
+    ca_file: Path | None = None
+    source_url: str | None = None
+    pull: bool = True
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+
+def build_image(recipe: Recipe, options: BuildOptions) -> Built:
+    """Build (or find in the layer cache), label, optionally push, and smoke-test the image."""
+    import time
+
+    start = time.perf_counter()
+    context = options.context.resolve()
+    if not (context / DOCKERFILES[recipe.backend]).is_file():
+        raise InputError(
+            f"no {DOCKERFILES[recipe.backend]} here: the build context must be a checkout of "
+            "torch-matrix",
+            file=str(context),
+            option="--context",
+        )
+    suite = suite_digest()
+    theirs = suite_digest(context / "suite")
+    if theirs != suite:
+        raise InputError(
+            f"the build context holds another suite ({theirs[:19]}) than the one running "
+            f"({suite[:19]}): the image would not follow the suite that drives it; build from "
+            "the checkout this torch-matrix was installed from",
+            file=str(context),
+            option="--context",
+        )
+    base = resolve_base(recipe.base or default_base(context, recipe.backend), pull=options.pull)
+    pinned = replace(recipe, base=base.reference)
+    wheel_dir = Path(recipe.wheel_dir) if recipe.wheel_dir else None
+    wheels = _wheel_listing(wheel_dir) if wheel_dir else None
+    dockerfile = (context / DOCKERFILES[recipe.backend]).read_text("utf-8")
+    key = recipe_key(pinned, suite, base.digest, wheels, dockerfile)
+    repository = options.registry or DEFAULT_REPOSITORY
+    tag = image_tag(recipe, key, repository)
+    revision = _git_revision(context)
+    source = options.source_url
+    options.log.parent.mkdir(parents=True, exist_ok=True)
+    with (
+        tempfile.TemporaryDirectory(prefix="torch-matrix-build-") as tmp,
+        _wheels_in_context(context, wheel_dir) as wheel_rel,
+    ):
+        argv = [*build_cli(), "build", "--progress=plain"]
+        argv += ["-f", str(context / DOCKERFILES[recipe.backend])]
+        for name, value in pinned.build_args(wheel_rel).items():
+            argv += ["--build-arg", f"{name}={value}"]
+        labels = {
+            "REVISION": revision or "unknown",
+            "SOURCE_URL": source or "unknown",
+            "SUITE_DIGEST": suite,
+            "BASE_DIGEST": base.digest,
+            "RECIPE": json.dumps(pinned.public(), sort_keys=True, separators=(",", ":")),
+        }
+        for name, value in labels.items():
+            argv += ["--build-arg", f"{name}={value}"]
+        if pinned.indexes.needs_secret():
+            secret = Path(tmp) / "pip-index"
+            secret.write_text(pinned.secret_lines(), encoding="utf-8")
+            secret.chmod(0o600)
+            argv += ["--secret", f"id=pip-index,src={secret}"]
+        if options.ca_file is not None:
+            argv += ["--secret", f"id=ca,src={options.ca_file}"]
+        # From wheels nothing may be fetched, so the build gets no network at all.
+        network = options.network or (
+            "none" if wheel_dir else "host" if _loopback(pinned) else None
+        )
+        if network:
+            argv += ["--network", network]
+        iid = Path(tmp) / "iid"
+        argv += ["--iidfile", str(iid), "-t", tag, str(context)]
+        _run_logged(argv, options.log, BUILD_TIMEOUT_S, {"DOCKER_BUILDKIT": "1"})
+        image_id = iid.read_text("utf-8").strip()
+    repo_digest = _push(tag, options.log) if options.registry else None
+    smoke = _smoke(tag, recipe.backend, options.log) if options.smoke else None
+    return Built(
+        tag=tag,
+        id=image_id,
+        repo_digest=repo_digest,
+        recipe=pinned,
+        base=base,
+        suite=suite,
+        key=key,
+        revision=revision,
+        source=source,
+        took_s=time.perf_counter() - start,
+        smoke=smoke,
+        log=str(options.log),
+    )
+
+
+def _loopback(recipe: Recipe) -> bool:
+    urls = recipe.indexes.expanded().urls()
+    return any(re.search(r"://([^/@]*@)?(localhost|127\.[0-9.]+|\[::1\])[:/]", u) for u in urls)
+
+
+def _run_logged(argv: Sequence[str], log: Path, timeout: float, env: Mapping[str, str]) -> None:
+    """Run a docker command into the log, masked; EnvironmentProblem with its tail on failure."""
+    shown = redact_text(shlex.join(argv))
+    with open(log, "a", encoding="utf-8") as fh:
+        fh.write(f"$ {shown}\n")
+        fh.flush()
+        try:
+            proc = subprocess.Popen(
+                argv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                env={**os.environ, **env},
+                errors="replace",
+            )
+        except FileNotFoundError:
+            raise EnvironmentProblem(f"{argv[0]} is not installed") from None
+        assert proc.stdout is not None
+        tail: list[str] = []
+        try:
+            for line in proc.stdout:
+                masked = redact_text(line)
+                fh.write(masked)
+                tail = [*tail[-39:], masked]
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise EnvironmentProblem(f"{argv[1]} ran past {timeout:.0f}s; log: {log}") from None
+    if code != 0:
+        raise EnvironmentProblem(
+            f"docker {argv[1]} exited {code}; log: {log}\n" + "".join(tail).rstrip()
+        )
+
+
+def _push(tag: str, log: Path) -> str:
+    _run_logged(["docker", "push", tag], log, PUSH_TIMEOUT_S, {})
+    doc = inspect_image(tag) or {}
+    repo = tag.rsplit(":", 1)[0]
+    for digest in doc.get("RepoDigests") or []:
+        if digest.split("@", 1)[0] == repo:
+            return str(digest)
+    raise EnvironmentProblem(f"pushed {tag} but docker reports no repo digest for {repo}")
+
+
+def _smoke(tag: str, backend: str, log: Path) -> dict[str, Any]:
+    """python -m suite.worker.smoke in the image, offline, with the backend's devices."""
+    gpu = backend != "cpu" and any(Path(p).exists() for p in ("/dev/nvidia0", "/dev/kfd"))
+    argv = ["docker", "run", "--rm", "--network", "none", *(device_flags(backend) if gpu else [])]
+    argv += ["--entrypoint", "python", tag, "-m", "suite.worker.smoke"]
+    with open(log, "a", encoding="utf-8") as fh:
+        fh.write(f"$ {shlex.join(argv)}\n")
+    try:
+        proc = subprocess.run(
+            argv, capture_output=True, text=True, timeout=SMOKE_TIMEOUT_S, check=False
+        )
+    except subprocess.TimeoutExpired:
+        raise EnvironmentProblem(
+            f"the smoke test of {tag} ran past {SMOKE_TIMEOUT_S:.0f}s"
+        ) from None
+    with open(log, "a", encoding="utf-8") as fh:
+        fh.write(redact_text(proc.stdout + proc.stderr))
+    lines = proc.stdout.strip().splitlines()
+    try:
+        result: dict[str, Any] = json.loads(lines[-1]) if lines else {}
+    except ValueError:
+        result = {}
+    failed = {k: v for k, v in (result.get("checks") or {}).items() if not v.get("ok")}
+    if proc.returncode != 0 or failed or not result:
+        why = "; ".join(f"{k}: {v.get('detail')}" for k, v in failed.items())
+        raise EnvironmentProblem(
+            f"{tag} cannot run every cell the matrix asks (smoke test exited {proc.returncode}"
+            f"{': ' + why if why else ''}); log: {log}\n{redact_text(proc.stderr)[-1500:]}"
+        )
+    return result
