@@ -58,8 +58,10 @@ import tomllib
 
 with open("pyproject.toml", "rb") as fh:
     project = tomllib.load(fh)
-# The suite's runtime dependencies plus what builds it (setuptools), torch pinned separately.
-for req in project["project"]["dependencies"] + project["build-system"]["requires"]:
+# The suite's runtime dependencies, the export extra the images install (onnx, onnxruntime) and
+# what builds it (setuptools); torch pinned separately.
+optional = project["project"]["optional-dependencies"]
+for req in project["project"]["dependencies"] + optional["export"] + project["build-system"]["requires"]:
     if not req.replace(" ", "").lower().startswith("torch"):
         print(req)
 PY

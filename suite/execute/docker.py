@@ -297,9 +297,11 @@ def docker_run_line(
     argv: Sequence[str],
     env: Mapping[str, str],
     extra_mounts: Mapping[str, str] | None = None,
+    variables: Mapping[str, str] | None = None,
 ) -> str:
     """The shell line that runs argv (a torch-matrix command) in the image: `mkdir -p` of the
-    folders it writes (else Docker makes them, owned by root), then `docker run`.
+    folders it writes (else Docker makes them, owned by root), then `docker run`. image may be
+    a placeholder of variables (suite.execute.shell.variable).
 
     The mounts are mounts_for(argv), as for every container the suite starts, plus extra_mounts
     (host path -> "rw" | "ro"), each at the same path. argv may hold the placeholders of
@@ -316,4 +318,4 @@ def docker_run_line(
     head += ["--user", shell.USER, image, *args]
     written = [p for p, mode in mounts.items() if mode == "rw"]
     mkdir = f"{shell.join(['mkdir', '-p', *written])} && " if written else ""
-    return mkdir + shell.join(head)
+    return mkdir + shell.join(head, variables)

@@ -325,13 +325,14 @@ class Built:
         }
 
 
-def rebuild_line(
+def rebuild_command(
     recipe: Mapping[str, Any], base: str | None, revision: str | None, source: str | None, tag: str
-) -> str:
-    """The `docker build` line that makes the image again from its recipe (the Dockerfile at the
-    suite's commit, the same arguments, the base by digest); from the repository's URL at that
-    commit when both are known, else from a checkout of it (the line says which)."""
-    args = ["DOCKER_BUILDKIT=1", "docker", "build", "-f", str(recipe["dockerfile"])]
+) -> tuple[list[str], list[str]]:
+    """The `docker build` argv that makes the image again from its recipe (the Dockerfile at the
+    suite's commit, the same arguments, the base by digest), from the repository's URL at that
+    commit when both are known, else from a checkout of it; and the notes a reader needs (which
+    checkout, which wheels, which secret)."""
+    args = ["docker", "build", "-f", str(recipe["dockerfile"])]
     values = {
         "BASE_IMAGE": base,
         "TORCH_VERSION": recipe.get("torch"),
@@ -339,10 +340,8 @@ def rebuild_line(
         "TORCH_INDEX_URL": recipe.get("index_url"),
         "TORCH_EXTRA_INDEX_URLS": " ".join(recipe.get("extra_index_urls") or []) or None,
         "TORCH_COMPANIONS": " ".join(recipe.get("companions") or []) or None,
-        "TORCH_WHEEL_DIR": recipe.get("wheel_dir"),
+        "TORCH_WHEEL_DIR": WHEEL_REBUILD_DIR if recipe.get("wheel_dir") else None,
     }
-    if values["TORCH_WHEEL_DIR"]:
-        values["TORCH_WHEEL_DIR"] = WHEEL_REBUILD_DIR  # the Dockerfile reads it from the context
     for name, value in values.items():
         if value:
             args += ["--build-arg", f"{name}={value}"]
@@ -350,15 +349,23 @@ def rebuild_line(
         args += ["--secret", "id=pip-index,src=PIP_INDEX_FILE"]
     args += ["-t", tag]
     from_url = bool(source and source.startswith("https://") and revision not in (None, "unknown"))
-    context = f"{source}.git#{revision}" if from_url else "."
-    line = shlex.join([*args, context])
+    args.append(f"{source}.git#{revision}" if from_url else ".")
     notes = []
-    if context == ".":
-        notes.append(f"in a checkout of torch-matrix at {revision or 'an unknown commit'}")
+    if not from_url:
+        notes.append(f"from a checkout of torch-matrix at {revision or 'an unknown commit'}")
     if recipe.get("credentials"):
         notes.append("PIP_INDEX_FILE holds PIP_INDEX_URL=... with the index's credential")
     if recipe.get("wheel_dir"):
         notes.append(f"{WHEEL_REBUILD_DIR} must hold the wheels that were in {recipe['wheel_dir']}")
+    return args, notes
+
+
+def rebuild_line(
+    recipe: Mapping[str, Any], base: str | None, revision: str | None, source: str | None, tag: str
+) -> str:
+    """rebuild_command as one line, its notes in a trailing comment."""
+    argv, notes = rebuild_command(recipe, base, revision, source, tag)
+    line = "DOCKER_BUILDKIT=1 " + shlex.join(argv)
     return line + (f"  # {'; '.join(notes)}" if notes else "")
 
 
@@ -547,8 +554,21 @@ def _push(tag: str, log: Path) -> str:
 
 
 def _smoke(tag: str, backend: str, log: Path) -> dict[str, Any]:
-    """python -m suite.worker.smoke in the image, offline, with the backend's devices."""
+    """python -m suite.worker.smoke in the image, offline, with the backend's devices; once per
+    set of layers on this machine: an image whose layers all came from the cache (the same
+    content under other labels) passed it already."""
+    from suite.execute.sides import cache_root
+
     gpu = backend != "cpu" and any(Path(p).exists() for p in ("/dev/nvidia0", "/dev/kfd"))
+    layers = ((inspect_image(tag) or {}).get("RootFS") or {}).get("Layers") or [tag]
+    content = hashlib.sha256("\n".join(layers).encode()).hexdigest()
+    passed = cache_root() / "smoke" / f"{content}{'-gpu' if gpu else ''}.json"
+    if passed.is_file():
+        with contextlib.suppress(ValueError, OSError):
+            earlier: dict[str, Any] = json.loads(passed.read_text("utf-8"))
+            with open(log, "a", encoding="utf-8") as fh:
+                fh.write(f"smoke test of {tag}: passed before ({passed})\n")
+            return {**earlier, "cached": True}
     argv = ["docker", "run", "--rm", "--network", "none", *(device_flags(backend) if gpu else [])]
     argv += ["--entrypoint", "python", tag, "-m", "suite.worker.smoke"]
     with open(log, "a", encoding="utf-8") as fh:
@@ -575,4 +595,6 @@ def _smoke(tag: str, backend: str, log: Path) -> dict[str, Any]:
             f"{tag} cannot run every cell the matrix asks (smoke test exited {proc.returncode}"
             f"{': ' + why if why else ''}); log: {log}\n{redact_text(proc.stderr)[-1500:]}"
         )
+    passed.parent.mkdir(parents=True, exist_ok=True)
+    passed.write_text(json.dumps(result), encoding="utf-8")
     return result

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 # Plain path-safe names, so that words holding them go through Path and mounts_for unchanged.
@@ -23,19 +23,30 @@ EXPANSIONS = {
     TIME: '"$(date -u +%Y%m%dT%H%M%SZ)"',
     USER: '"$(id -u):$(id -g)"',
 }
-_PLACEHOLDER = re.compile("|".join(re.escape(p) for p in EXPANSIONS))
+_SAFE_DEFAULT = re.compile(r"[A-Za-z0-9_./:@+-]+")
 
 
-def join(words: Sequence[str]) -> str:
-    """The words as one bash line, each placeholder replaced by its unquoted expression."""
+def variable(name: str, default: str) -> tuple[str, str]:
+    """A placeholder for the word "${NAME:-default}" and that expression: the pasting shell's
+    NAME where it is set (an image rebuilt from its recipe), else the recorded default."""
+    if not re.fullmatch(r"[A-Z_][A-Z0-9_]*", name) or not _SAFE_DEFAULT.fullmatch(default):
+        raise ValueError(f"not a plain variable and default: {name!r}, {default!r}")
+    return f"__torch_matrix_var_{name.lower()}__", f'"${{{name}:-{default}}}"'
+
+
+def join(words: Sequence[str], variables: Mapping[str, str] | None = None) -> str:
+    """The words as one bash line, each placeholder replaced by its unquoted expression;
+    variables are more placeholders (from variable())."""
+    expansions = {**EXPANSIONS, **(variables or {})}
+    pattern = re.compile("|".join(re.escape(p) for p in expansions))
     out = []
     for word in words:
         pieces: list[str] = []
         last = 0
-        for found in _PLACEHOLDER.finditer(word):
+        for found in pattern.finditer(word):
             if found.start() > last:
                 pieces.append(shlex.quote(word[last : found.start()]))
-            pieces.append(EXPANSIONS[found[0]])
+            pieces.append(expansions[found[0]])
             last = found.end()
         if last < len(word) or not pieces:
             pieces.append(shlex.quote(word[last:]))

@@ -5,6 +5,7 @@ directory beside the original, RESULTS/repro/CELL_ID/RUN_ID, never over it."""
 from __future__ import annotations
 
 import difflib
+import shlex
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -171,6 +172,7 @@ def make_plan(
     *,
     host: bool = False,
     root: Path | None = None,
+    role: str | None = None,
 ) -> Plan:
     """How to rerun the cell: the argv that runs it into out (default: a new
     RUN_DIR/repro/CELL_ID/RUN_ID) and the line to paste, which writes beside it into a folder
@@ -206,7 +208,8 @@ def make_plan(
     recorded = run["environment"].get("env_vars") or {}
     base = image.get("base") or recorded.get(IMAGE_BASE_VAR)
     env.update(image_env(image.get("reference"), image.get("digest"), base))
-    line = docker_run_line(runnable(image), backend, pasted, env)
+    word, variables = image_word(image, role or located.side or "candidate")
+    line = docker_run_line(word, backend, pasted, env, variables=variables)
     return Plan(cell_id, argv, out, image, backend, env, mounts, line, timeout_s)
 
 
@@ -217,17 +220,37 @@ def runnable(image: dict[str, Any]) -> str:
     return str(image.get("digest") or image["reference"])
 
 
-def side_spec(run: dict[str, Any]) -> str:
-    """The ab side that runs the same thing again: an image by digest (a local one as TAG@ID,
-    which suite/execute/docker.py resolves), else the side as the A/B was given it."""
+def image_variable(role: str) -> str:
+    """The variable a rebuild line sets to the rebuilt image's id: TORCH_MATRIX_CANDIDATE_IMAGE."""
+    return f"TORCH_MATRIX_{role.upper()}_IMAGE"
+
+
+def _rebuildable(image: dict[str, Any]) -> bool:
+    """An image no registry holds, with the recipe to build it again."""
+    return image.get("digest_kind") == "image-id" and isinstance(image.get("recipe"), dict)
+
+
+def image_word(image: dict[str, Any], role: str) -> tuple[str, dict[str, str]]:
+    """The image as a line names it, and the shell variables that word needs: an image no
+    registry holds is "${TORCH_MATRIX_<ROLE>_IMAGE:-sha256:ID}", the recorded id unless the
+    rebuild line (build_lines) set the variable to the id of the image it built."""
+    pinned = runnable(image)
+    if not _rebuildable(image):
+        return pinned, {}
+    placeholder, expression = shell.variable(image_variable(role), pinned)
+    return placeholder, {placeholder: expression}
+
+
+def side_spec(run: dict[str, Any], role: str) -> tuple[str, dict[str, str]]:
+    """The ab side that runs the same thing again, and the shell variables it needs: an image by
+    digest (one no registry holds by its id, or the rebuilt one), else the side as the A/B was
+    given it."""
     image = run.get("image") or {}
-    if image.get("digest_kind") == "repo-digest" and image.get("digest"):
-        return f"docker:{image['digest']}"
-    if image.get("id"):
-        tag = image.get("tag")
-        return f"docker:{tag.rsplit(':', 1)[0]}@{image['id']}" if tag else f"docker:{image['id']}"
+    if image.get("digest") or image.get("id"):
+        word, variables = image_word(image, role)
+        return f"docker:{word}", variables
     spec = str((run.get("ab") or {}).get("spec") or "current")
-    return str(run.get("interpreter") or spec) if spec == "current" else spec
+    return (str(run.get("interpreter") or spec) if spec == "current" else spec), {}
 
 
 def ab_line(sides: dict[str, tuple[Path, dict[str, Any]]], cell_id: str, root: Path | None) -> str:
@@ -236,8 +259,11 @@ def ab_line(sides: dict[str, tuple[Path, dict[str, Any]]], cell_id: str, root: P
     side alone shows nothing."""
     cand_dir, cand_run = sides["candidate"]
     argv = ["torch-matrix", "ab"]
+    variables: dict[str, str] = {}
     for role, (_, run) in sides.items():
-        argv += [f"--{role}", side_spec(run)]
+        spec, needed = side_spec(run, role)
+        variables.update(needed)
+        argv += [f"--{role}", spec]
         indexes = (run.get("ab") or {}).get("indexes") or {}
         if indexes.get("index_url"):
             argv += [f"--{role}-index-url", indexes["index_url"]]
@@ -252,23 +278,28 @@ def ab_line(sides: dict[str, tuple[Path, dict[str, Any]]], cell_id: str, root: P
         argv += ["--profile", profile]
     argv += _limits(cand_run)
     out = shell.under((root or cand_dir.parent) / REPRO_AB_DIR / cell_id, root) / shell.TIME
-    return shell.join([*argv, "--out", str(out)])
+    return shell.join([*argv, "--out", str(out)], variables)
 
 
 def build_lines(sides: dict[str, dict[str, Any]]) -> dict[str, str]:
-    """role -> the `docker build` line that makes a side's image again, for each image that was
-    never pushed (a registry's digest needs none: docker pulls it)."""
-    from suite.execute.images import rebuild_line
+    """role -> the lines that make a side's image again from its recipe and set
+    TORCH_MATRIX_<ROLE>_IMAGE to its id, which the run and ab lines then use, for each image no
+    registry holds (a registry's digest needs none: docker pulls it)."""
+    from suite.execute.images import rebuild_command
 
     lines = {}
     for role, run in sides.items():
         image = run.get("image") or {}
-        recipe = image.get("recipe")
-        if image.get("digest_kind") == "image-id" and isinstance(recipe, dict):
-            tag = image.get("tag") or f"torch-matrix/{recipe.get('backend')}:rebuilt"
-            lines[role] = rebuild_line(
-                recipe, image.get("base"), image.get("revision"), image.get("source"), tag
-            )
+        if not _rebuildable(image):
+            continue
+        recipe = image["recipe"]
+        tag = image.get("tag") or f"torch-matrix/{recipe.get('backend')}:rebuilt"
+        argv, notes = rebuild_command(
+            recipe, image.get("base"), image.get("revision"), image.get("source"), tag
+        )
+        build = shlex.join(["docker", "build", "-q", *argv[2:]])
+        comments = "".join(f"# {note}\n" for note in notes)
+        lines[role] = f'{comments}export {image_variable(role)}="$(DOCKER_BUILDKIT=1 {build})"'
     return lines
 
 
@@ -289,7 +320,9 @@ def repro_record(
     located = Located(cand_dir, None, cand_run, record, cell_file(cand_dir, cell_id))
     doc: dict[str, Any] = {
         "command": make_plan(located, cell_id, host=True).line,
-        "docker": make_plan(located, cell_id, root=root).line if image_of(located) else None,
+        "docker": make_plan(located, cell_id, root=root, role="candidate").line
+        if image_of(located)
+        else None,
         "root": root.name if root is not None else None,
     }
     if failing & set(PERFORMANCE_GATES):

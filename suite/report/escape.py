@@ -107,3 +107,13 @@ def code_block(text: object, lang: str = "", limit: int | None = CODE_LIMIT) -> 
     # A backtick fence's info string may not contain backticks; keep it to a plain word.
     info = _LANG.sub("", lang)
     return f"{fence}{info}\n{body}\n{fence}"
+
+
+def code_span(text: object, limit: int | None = MD_LIMIT) -> str:
+    """Untrusted text as inline code: one line, delimited by a backtick run it cannot close
+    (padded with spaces where it begins or ends with a backtick, as CommonMark strips them)."""
+    body = cap(" ".join(_CONTROL.sub("", str(text)).split()), limit)
+    longest = max((len(run) for run in _BACKTICK_RUN.findall(body)), default=0)
+    ticks = "`" * (longest + 1)
+    pad = " " if body.startswith("`") or body.endswith("`") else ""
+    return f"{ticks}{pad}{body}{pad}{ticks}"

@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import quote
 
 from suite.core.records import DECISIONS, UNDECIDED_WHY
-from suite.report.escape import cap, code_block, html_text, md
+from suite.report.escape import cap, code_block, code_span, html_text, md
 from suite.report.table import (
     ATTENTION,
     GOOD,
@@ -227,17 +227,42 @@ def _section(cell: dict[str, Any]) -> str:
     ]
     # The blank line after <summary> ends the HTML block, so what follows is Markdown.
     parts = [f"<details><summary>{summary}</summary>", status, "\n".join(table)]
-    repro = cell.get("repro") or {}
-    if repro.get("command"):
-        parts += ["Reproduce:", code_block(repro["command"], "sh")]
-    if repro.get("docker"):
-        parts += ["In the recorded image:", code_block(repro["docker"], "sh")]
+    parts += _repro_parts(cell.get("repro") or {})
     artifacts = cell.get("artifacts") or {}
     if artifacts:
         listing = [f"- {md(name)}: {md(path)}" for name, path in sorted(artifacts.items())]
         parts += ["Artifacts:", "\n".join(listing)]
     parts.append("</details>")
     return "\n\n".join(parts)
+
+
+def _repro_parts(repro: dict[str, Any]) -> list[str]:
+    """How to reproduce a failing cell: the `docker build` lines of images in no registry, the
+    candidate's `docker run` line (a status or correctness failure), the `ab` line of both sides
+    (a timing or memory regression), else the line for the side's interpreter."""
+    root = repro.get("root")
+    where = f", in the results folder {code_span(root)}" if root else ""
+    parts = []
+    builds = repro.get("build") or {}
+    if builds:
+        text = "\n".join(f"# the {role} image\n{line}" for role, line in sorted(builds.items()))
+        parts += [
+            "The images are in no registry; where one is missing, build it again first:",
+            code_block(text, "sh"),
+        ]
+    if repro.get("docker"):
+        parts += [f"In the recorded image{where}:", code_block(repro["docker"], "sh")]
+    if repro.get("ab"):
+        parts += [f"The paired comparison again, both sides{where}:", code_block(repro["ab"], "sh")]
+    if repro.get("command") and not repro.get("docker"):
+        parts += ["Reproduce:", code_block(repro["command"], "sh")]
+    if root and (repro.get("docker") or repro.get("ab")):
+        fetch = code_span(f"gh run download RUN_ID -n {root} -D {root} && cd {root}")
+        parts.append(
+            f"_In CI, {code_span(root)} is the job's results artifact: {fetch} (README, "
+            "Reproducing a cell)._"
+        )
+    return parts
 
 
 def _note(
