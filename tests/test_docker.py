@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from suite.cli.repro import repro
@@ -73,10 +74,17 @@ def _team_plugin(tmp_path: Path) -> Path:
 
 
 def _image_ab(
-    out: Path, baseline: str, candidate: str, plugin: Path, *workloads: str, rounds: int = 2
+    out: Path,
+    baseline: str,
+    candidate: str,
+    plugin: Path,
+    *workloads: str,
+    rounds: int = 2,
+    policy: Path | None = None,
 ) -> tuple[int, dict[str, Any]]:
     code, _, stderr = cli(
         "ab", "--baseline", f"docker:{baseline}", "--candidate", f"docker:{candidate}",
+        *(["--policy", str(policy)] if policy else []),
         "--workload", f"{plugin}:TeamBench", *(w for name in workloads for w in ("--workload", name)),
         "--backend", "cpu", "--rounds", str(rounds), "--out", str(out), "--no-traces",
         "--format", "json",
@@ -86,7 +94,11 @@ def _image_ab(
 
 
 def _check_evidence(
-    out: Path, decision: dict[str, Any], plugin: Path, images: dict[str, str]
+    out: Path,
+    decision: dict[str, Any],
+    plugin: Path,
+    images: dict[str, str],
+    rollback_checks: bool = True,
 ) -> None:
     """Every cell ran in its side's image and passed its status gate, the plugin inside was the
     file outside (same sha256), both checkpoint directions and the rehearsal passed, and no log
@@ -114,6 +126,8 @@ def _check_evidence(
     for cell in matrix_cells:
         status = next(g for g in cell["gates"] if g["gate"] == "status")
         assert status["verdict"] == "pass", cell
+    if not rollback_checks:
+        return
     rollback = {
         c["cell_id"]: c["gates"][0]["verdict"]
         for c in decision["cells"]
@@ -133,6 +147,31 @@ def test_image_aa_with_an_outside_plugin_adopts(tmp_path: Path) -> None:
     code, decision = _image_ab(out, IMAGE, IMAGE, plugin, "mlp_train")
     _check_evidence(out, decision, plugin, {"baseline": IMAGE, "candidate": IMAGE})
     assert decision["comparable"]["ok"], decision["comparable"]
+    assert (code, decision["decision"]) == (0, "adopt"), decision["reasons"]
+
+
+def test_image_aa_of_the_compile_and_export_cells_adopts(tmp_path: Path) -> None:
+    """torch.compile (cold and warm, breaks, recompiles) and export (torch.export, ONNX in
+    onnxruntime, AOTInductor) inside the image: the toolchain, Python's headers and the export
+    extra are there, so every cell runs and its status gate passes."""
+    plugin = _team_plugin(tmp_path)
+    out = tmp_path / "runs" / "compile-export"
+    # The rollback checks run every cell once more; the other A/As hold them, this one need not.
+    policy = yaml.safe_load((REPO / "suite" / "data" / "default-policy.yaml").read_text())
+    policy["rules"] = [r for r in policy["rules"] if r.get("gate") != "rollback"]
+    for profile in policy["profiles"].values():
+        profile["gates"].pop("rollback")
+    (tmp_path / "policy.yaml").write_text(yaml.safe_dump(policy))
+    code, decision = _image_ab(
+        out, IMAGE, IMAGE, plugin, "compile", "export", rounds=1, policy=tmp_path / "policy.yaml"
+    )
+    _check_evidence(
+        out, decision, plugin, {"baseline": IMAGE, "candidate": IMAGE}, rollback_checks=False
+    )
+    ran = {c["workload"] for c in decision["cells"] if c["row_id"] != "rollback@any"}
+    assert {"compile", "export"} <= ran, ran
+    onnx = [c for c in decision["cells"] if c["cell_id"].startswith("export.onnx.")]
+    assert onnx and all(c["candidate_status"] == "ok" for c in onnx)
     assert (code, decision["decision"]) == (0, "adopt"), decision["reasons"]
 
 

@@ -171,7 +171,8 @@ def recipe_key(
     """What names the image: the credential-free recipe, the suite, the base's digest, the
     wheels' names and sizes and the Dockerfile's text. Changing only the index changes it;
     changing only a token does not."""
-    public = {**recipe.public(), "wheel_dir": None}  # the wheels count, not their folder's name
+    # The wheels count, not their folder's name; the index, not whether it took a credential.
+    public = {**recipe.public(), "wheel_dir": None, "credentials": None}
     text = hashlib.sha256(dockerfile.encode()).hexdigest()
     blob = json.dumps([public, suite, base_digest, wheels, text], sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from suite.core.errors import EnvironmentProblem, InputError
-from suite.core.secrets import redact_text
+from suite.core.secrets import redact_text, without_credential
 from suite.execute.indexes import Indexes
 from suite.execute.side_record import Side
 
@@ -57,6 +57,23 @@ def _venv_python(venv: Path) -> Path:
     return venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
 
 
+def venv_path(requirement: str, python: str, indexes: Indexes) -> Path:
+    """Where the venv of a requirement lives: named by the requirement (masked) and a key of
+    everything that decides its contents, the indexes without their credentials among them."""
+    key_src = json.dumps(
+        [
+            without_credential(requirement),
+            sys.version_info[:2],
+            os.path.realpath(python),
+            WORKER_REQUIREMENTS,
+            *([indexes.public()] if indexes else []),
+        ]
+    )
+    key = hashlib.sha256(key_src.encode()).hexdigest()[:16]
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", redact_text(requirement).replace("***@", ""))[:80]
+    return cache_root() / "venvs" / f"{name}-{key}"
+
+
 def venv_for(
     requirement: str,
     *,
@@ -68,19 +85,8 @@ def venv_for(
     reused after (returns build time). The cache key holds the indexes without credentials, so
     another index is another venv and another token is not; pip gets them in its environment."""
     indexes = indexes or Indexes()
-    key_src = json.dumps(
-        [
-            requirement,
-            sys.version_info[:2],
-            os.path.realpath(python),
-            WORKER_REQUIREMENTS,
-            *([indexes.public()] if indexes else []),
-        ]
-    )
-    key = hashlib.sha256(key_src.encode()).hexdigest()[:16]
+    venv = venv_path(requirement, python, indexes)
     shown = redact_text(requirement)
-    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", shown.replace("***@", ""))[:80]
-    venv = cache_root() / "venvs" / f"{name}-{key}"
     ready = venv / ".torch-matrix-ready"
     if ready.is_file():
         return _venv_python(venv), 0.0
