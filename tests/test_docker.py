@@ -24,7 +24,7 @@ from suite.execute.docker import WORKER_LABEL
 from suite.execute.environment import RunOptions
 from suite.execute.runner import run_matrix
 from suite.execute.sides import prepare
-from tests.helpers import REPO, cli
+from tests.helpers import REPO, cli, docker_works
 from tests.plugins.team_bench import FAIL_VAR
 
 CELL = "sdpa.none.fp32.fwd.s256@cpu"
@@ -33,18 +33,9 @@ CANDIDATE = os.environ.get("TORCH_MATRIX_TEST_IMAGE_CANDIDATE", "")
 WAYS = ("candidate-to-baseline", "baseline-to-candidate")
 
 
-def _docker_works() -> bool:
-    if shutil.which("docker") is None:
-        return False
-    try:
-        return subprocess.run(["docker", "info"], capture_output=True, timeout=30).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-
-
 pytestmark = [
     pytest.mark.docker,
-    pytest.mark.skipif(not _docker_works(), reason="`docker info` fails: no Docker daemon here"),
+    pytest.mark.skipif(not docker_works(), reason="`docker info` fails: no Docker daemon here"),
     pytest.mark.skipif(
         not IMAGE, reason="TORCH_MATRIX_TEST_IMAGE is unset (.ci/docker-setup.sh builds one)"
     ),
@@ -289,3 +280,26 @@ def test_missing_image_is_an_environment_problem(tmp_path: Path) -> None:
     )  # fmt: skip
     assert code == 3, stderr
     assert "torch-matrix/absent:never-built" in stderr and "could not be pulled" in stderr
+
+
+def test_an_image_that_holds_another_suite_is_refused(tmp_path: Path) -> None:
+    other = "torch-matrix/test:another-suite"
+    container = subprocess.run(
+        ["docker", "create", IMAGE], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    try:
+        subprocess.run(
+            ["docker", "commit", "--change", f"LABEL dev.torch-matrix.suite=sha256:{'0' * 64}",
+             container, other],
+            capture_output=True, check=True,
+        )  # fmt: skip
+        code, _, stderr = cli(
+            "ab", "--baseline", f"docker:{other}", "--candidate", f"docker:{IMAGE}",
+            "--workload", "sdpa", "--cell", CELL, "--out", str(tmp_path / "ab"),
+        )  # fmt: skip
+    finally:
+        subprocess.run(["docker", "rm", "-f", container], capture_output=True, check=False)
+        subprocess.run(["docker", "rmi", "-f", other], capture_output=True, check=False)
+    assert code == 3, stderr
+    assert f"holds suite sha256:{'0' * 12}" in stderr and "torch-matrix image build" in stderr
+    assert not (tmp_path / "ab" / "baseline" / "run.json").exists()  # refused before any cell

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,7 +21,7 @@ from suite.core.errors import InputError
 from suite.execute.images import Recipe, recipe_key
 from suite.execute.indexes import Indexes
 from suite.execute.sides import prepare, venv_path
-from tests.helpers import REPO, cli
+from tests.helpers import REPO, cli, docker_works
 from tests.pep503 import Index
 
 USER, TOKEN = "ci-reader", "s3cr3t-Index-Token-0451"
@@ -123,17 +122,8 @@ def test_a_venv_side_installs_from_the_pins_index(
     _absent_everywhere(TOKEN, tmp_path / "cache", log, texts=(side.label, side.interpreter))
 
 
-def _docker_works() -> bool:
-    if shutil.which("docker") is None:
-        return False
-    try:
-        return subprocess.run(["docker", "info"], capture_output=True, timeout=30).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-
-
 @pytest.mark.docker
-@pytest.mark.skipif(not _docker_works(), reason="`docker info` fails: no Docker daemon here")
+@pytest.mark.skipif(not docker_works(), reason="`docker info` fails: no Docker daemon here")
 @pytest.mark.skipif(
     not os.environ.get("TORCH_MATRIX_TEST_BASE"),
     reason="TORCH_MATRIX_TEST_BASE is unset (.ci/docker-setup.sh builds the offline base)",

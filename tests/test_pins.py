@@ -471,6 +471,50 @@ def test_pins_cli_single_files_and_human_line(tmp_path: Path) -> None:
     assert result.stdout.strip() == record["message"]
 
 
+def test_pins_hand_the_bench_job_each_sides_index_image_and_companions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What an image of each side needs, as step outputs: the index URLs as the pin file writes
+    them (${VAR} kept for the bench job to expand; a literal credential masked), the image a
+    FROM pin names, and the companions that moved with torch."""
+    old, new = tmp_path / "old.txt", tmp_path / "new.txt"
+    old.write_text(
+        "--index-url https://${INDEX_USER}:${INDEX_TOKEN}@pypi.example.com/simple\n"
+        "torch==2.13.0\ntorchvision==0.28.0\n"
+    )
+    new.write_text(
+        "--index-url https://reader:literal-Token-123@pypi.example.com/simple\n"
+        "--extra-index-url https://mirror.example.com/simple\ntorch==2.14.1\ntorchvision==0.29.1\n"
+    )
+    outputs = tmp_path / "github-output"
+    monkeypatch.setenv("GITHUB_OUTPUT", str(outputs))
+    argv = ["--base-file", str(old), "--head-file", str(new), "--json"]
+    result = CliRunner().invoke(pins_command, argv, catch_exceptions=False)
+    record = json.loads(result.stdout)
+    assert record["baseline_index_url"] == (
+        "https://${INDEX_USER}:${INDEX_TOKEN}@pypi.example.com/simple"
+    )
+    assert record["candidate_index_url"] == "https://***@pypi.example.com/simple"
+    assert record["candidate_extra_index_urls"] == ["https://mirror.example.com/simple"]
+    assert record["baseline_companions"] == ["torchvision==0.28.0"]
+    assert record["candidate_companions"] == ["torchvision==0.29.1"]
+    written = outputs.read_text()
+    assert "literal-Token-123" not in written + result.stdout + result.stderr
+    assert "candidate_companions=torchvision==0.29.1" in written
+    # A pin that is an image: the bench job builds the suite on that base.
+    old.write_text("FROM pytorch/pytorch:2.13.0-cuda12.8-cudnn9-runtime\n")
+    new.write_text("FROM pytorch/pytorch:2.14.1-cuda12.8-cudnn9-runtime\n")
+    dockerfiles = ["--base-file", str(old), "--head-file", str(tmp_path / "Dockerfile")]
+    (tmp_path / "Dockerfile").write_text(new.read_text())
+    old.rename(tmp_path / "Dockerfile.base")
+    dockerfiles[1] = str(tmp_path / "Dockerfile.base")
+    result = CliRunner().invoke(pins_command, [*dockerfiles, "--json"], catch_exceptions=False)
+    record = json.loads(result.stdout)
+    assert record["baseline_image"] == "pytorch/pytorch:2.13.0-cuda12.8-cudnn9-runtime"
+    assert record["candidate_image"] == "pytorch/pytorch:2.14.1-cuda12.8-cudnn9-runtime"
+    assert (record["baseline"], record["candidate"]) == ("torch==2.13.0", "torch==2.14.1")
+
+
 def test_pins_cli_options_exit_2_and_an_unmoved_conflict_is_reported(tmp_path: Path) -> None:
     result = CliRunner().invoke(pins_command, ["--base", "HEAD"], catch_exceptions=False)
     assert result.exit_code == 2 and "--head" in result.stderr

@@ -31,13 +31,19 @@ def without_secrets(env: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in sorted(env.items()) if not is_secret(k) and v != REDACTED}
 
 
+# A userinfo of ${NAME} references only names variables (pip expands them): no secret in it.
+_REFERENCES = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}(:\$\{[A-Za-z_][A-Za-z0-9_]*\})?")
+
+
 def redact_text(text: str) -> str:
-    """The text with the credential of every URL in it (scheme://user:token@host) masked."""
-    return _USERINFO.sub(lambda m: f"{m[1]}{MASK}@", text)
+    """The text with the credential of every URL in it (scheme://user:token@host) masked; a
+    userinfo made of ${NAME} references alone stays, as it holds no secret."""
+    return _USERINFO.sub(lambda m: m[0] if _REFERENCES.fullmatch(m[2]) else f"{m[1]}{MASK}@", text)
 
 
 def has_credential(url: str) -> bool:
-    return _USERINFO.search(url) is not None
+    """Whether the URL carries a literal credential (a userinfo that is not only references)."""
+    return any(not _REFERENCES.fullmatch(m[2]) for m in _USERINFO.finditer(url))
 
 
 def without_credential(url: str) -> str:

@@ -20,6 +20,7 @@ credential-free or masked form.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -200,8 +201,11 @@ def build_cli() -> list[str]:
     """A docker client that runs BuildKit builds: one with buildx, else Debian's docker.io 20.10
     client, whose built-in BuildKit needs no plugin. TORCH_MATRIX_DOCKER names another."""
     chosen = os.environ.get("TORCH_MATRIX_DOCKER")
-    if chosen:
-        return [chosen]
+    return [chosen] if chosen else _default_cli()
+
+
+@functools.cache
+def _default_cli() -> list[str]:
     docker = shutil.which("docker")
     if docker is None:
         raise EnvironmentProblem("docker is not installed (images/README.md says what is needed)")
@@ -218,7 +222,7 @@ def _docker(
 ) -> subprocess.CompletedProcess[str]:
     try:
         return subprocess.run(
-            ["docker", *args], capture_output=True, text=True, timeout=timeout, check=False
+            [*build_cli(), *args], capture_output=True, text=True, timeout=timeout, check=False
         )
     except FileNotFoundError:
         raise EnvironmentProblem("docker is not installed") from None
@@ -545,7 +549,7 @@ def _run_logged(argv: Sequence[str], log: Path, timeout: float, env: Mapping[str
 
 
 def _push(tag: str, log: Path) -> str:
-    _run_logged(["docker", "push", tag], log, PUSH_TIMEOUT_S, {})
+    _run_logged([*build_cli(), "push", tag], log, PUSH_TIMEOUT_S, {})
     doc = inspect_image(tag) or {}
     repo = tag.rsplit(":", 1)[0]
     for digest in doc.get("RepoDigests") or []:
@@ -570,7 +574,8 @@ def _smoke(tag: str, backend: str, log: Path) -> dict[str, Any]:
             with open(log, "a", encoding="utf-8") as fh:
                 fh.write(f"smoke test of {tag}: passed before ({passed})\n")
             return {**earlier, "cached": True}
-    argv = ["docker", "run", "--rm", "--network", "none", *(device_flags(backend) if gpu else [])]
+    argv = [*build_cli(), "run", "--rm", "--network", "none"]
+    argv += device_flags(backend) if gpu else []
     argv += ["--entrypoint", "python", tag, "-m", "suite.worker.smoke"]
     with open(log, "a", encoding="utf-8") as fh:
         fh.write(f"$ {shlex.join(argv)}\n")

@@ -318,14 +318,16 @@ def repro_record(
 
     cand_dir, cand_run = sides["candidate"]
     located = Located(cand_dir, None, cand_run, record, cell_file(cand_dir, cell_id))
+    paired = failing & set(PERFORMANCE_GATES)
+    single = failing - paired
     doc: dict[str, Any] = {
         "command": make_plan(located, cell_id, host=True).line,
         "docker": make_plan(located, cell_id, root=root, role="candidate").line
-        if image_of(located)
+        if image_of(located) and single
         else None,
         "root": root.name if root is not None else None,
     }
-    if failing & set(PERFORMANCE_GATES):
+    if paired:
         doc["ab"] = ab_line(sides, cell_id, root)
     builds = build_lines({role: run for role, (_, run) in sides.items()})
     if builds:
