@@ -303,3 +303,52 @@ def test_an_image_that_holds_another_suite_is_refused(tmp_path: Path) -> None:
     assert code == 3, stderr
     assert f"holds suite sha256:{'0' * 12}" in stderr and "torch-matrix image build" in stderr
     assert not (tmp_path / "ab" / "baseline" / "run.json").exists()  # refused before any cell
+
+
+def test_a_pin_that_is_an_image_gets_the_suite_on_that_base(tmp_path: Path) -> None:
+    """A team's image that already holds torch (as a Dockerfile pin FROM pytorch/pytorch:… names
+    one) is the side: the suite goes on top, torch stays the base's, the base is recorded by its
+    digest."""
+    base, wheels = (
+        os.environ.get("TORCH_MATRIX_TEST_BASE"),
+        os.environ.get("TORCH_MATRIX_TEST_WHEELS"),
+    )
+    if not base or not wheels:
+        pytest.skip("TORCH_MATRIX_TEST_BASE / _WHEELS unset (.ci/docker-setup.sh makes them)")
+    folder = Path(wheels) / "torch-2.13.0"
+    context = tmp_path / "team-image"
+    context.mkdir()
+    for wheel in folder.glob("*.whl"):
+        os.link(wheel, context / wheel.name)
+    (context / "Dockerfile").write_text(
+        f"FROM {base}\nCOPY *.whl /wheels/\n"
+        "RUN pip install --break-system-packages --no-index --find-links /wheels "
+        "torch==2.13.0 'numpy>=1.26,<3' && rm -rf /wheels\n"
+    )
+    team = "torch-matrix/test:team-torch-2.13.0"
+    built = subprocess.run(
+        ["docker", "build", "--network", "none", "-q", "-t", team, str(context)],
+        capture_output=True, text=True, env={**os.environ, "DOCKER_BUILDKIT": "0"},
+    )  # fmt: skip
+    assert built.returncode == 0, built.stderr
+    team_id = json.loads(
+        subprocess.run(["docker", "image", "inspect", team], capture_output=True, check=True).stdout
+    )[0]["Id"]
+    record = tmp_path / "image.json"
+    code, stdout, stderr = cli(
+        "image", "build", "--backend", "cpu", "--torch", "2.13.0", "--base", team,
+        "--torch-from-base", "--wheel-dir", str(folder), "--no-pull", "--no-smoke",
+        "--context", str(REPO), "--record", str(record), "--log", str(tmp_path / "build.log"),
+    )  # fmt: skip
+    assert code == 0, stderr + (tmp_path / "build.log").read_text()
+    doc = json.loads(record.read_text())
+    assert doc["recipe"]["from_base"] is True and doc["base"]["digest"] == team_id
+    probe = subprocess.run(
+        ["docker", "run", "--rm", "--network", "none", "--entrypoint", "python", doc["tag"], "-c",
+         "import torch, suite; print(torch.__version__, torch.__file__)"],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    assert probe[0].startswith("2.13.0")
+    assert not probe[1].startswith("/opt/venv/")  # the base's torch, not a second copy
+    side = prepare(stdout.strip(), "candidate")  # a side that runs it, by digest
+    assert side.image is not None and side.image["id"] == doc["id"]

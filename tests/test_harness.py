@@ -131,7 +131,7 @@ def test_existing_run_is_not_overwritten(quick_run: Path) -> None:
     before = (quick_run / "run.json").read_bytes()
     code, _, err = cli("run", "--workload", planted("Quick"), "--out", str(quick_run))
     assert code == 2
-    assert "already holds a run" in err
+    assert "is not an empty folder" in err and "--resume" in err
     assert (quick_run / "run.json").read_bytes() == before
 
 

@@ -207,11 +207,11 @@ def plan_command(
     current directory), warns on stderr where a threshold of the policy is below what this
     runner can resolve.
     """
-    from suite.core.matrix import select_cells
+    from suite.cli.options import checked_select
     from suite.flows.plan import plan
     from suite.judge.policy import load_policy
 
-    matrix, cells, _ = select_cells(matrix_file, workloads, backends, (), size)
+    matrix, cells, _ = checked_select(matrix_file, workloads, backends, (), size)
     warn_below_resolution(calibration_file, cells, lambda: load_policy(policy_file, policy_profile))
     strategy = plan(matrix, cells, max_jobs=max_jobs, cells_per_job=cells_per_job)
     line = json.dumps(strategy, separators=(",", ":"))

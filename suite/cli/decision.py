@@ -21,6 +21,7 @@ from suite.cli.options import (
     CellChoice,
     calibration_option,
     format_option,
+    fresh_out,
     github_step_option,
     index_options,
     matrix_options,
@@ -30,7 +31,7 @@ from suite.cli.options import (
 from suite.core.errors import InputError
 from suite.core.secrets import redact_text
 from suite.execute.indexes import Indexes
-from suite.github.outputs import append_summary
+from suite.github.outputs import append_summary, step_outputs_on_error
 from suite.report import write_reports
 
 
@@ -115,6 +116,28 @@ def ab(
     github_step: bool,
 ) -> None:
     """Run the same cells on a baseline and a candidate torch, interleaved, and decide."""
+    with step_outputs_on_error(github_step, out):
+        _ab(
+            baseline, candidate, indexes, chosen, policy_file, policy_profile, rounds, out,
+            resume, no_traces, calibration_file, fmt, github_step,
+        )  # fmt: skip
+
+
+def _ab(
+    baseline: str,
+    candidate: str | None,
+    indexes: dict[str, Indexes],
+    chosen: CellChoice,
+    policy_file: Path | None,
+    policy_profile: str | None,
+    rounds: int | None,
+    out: Path | None,
+    resume: bool,
+    no_traces: bool,
+    calibration_file: Path | None,
+    fmt: str,
+    github_step: bool,
+) -> None:
     from suite.core.progress import Progress
     from suite.core.results import new_run_id
     from suite.execute.sides import parse, prepare
@@ -135,12 +158,7 @@ def ab(
     parse(baseline, "baseline")
     parse(candidate, "candidate")
     out = out or Path("torch-matrix-runs") / f"ab-{new_run_id()}"
-    for role in ("baseline", "candidate"):
-        if (out / role / "run.json").exists() and not resume:
-            raise InputError(
-                "already holds a run; pass --resume to continue it, or choose another --out",
-                file=str(out / role / "run.json"),
-            )
+    fresh_out(out, resume=resume, holds=("baseline/run.json", "candidate/run.json"))
     click.echo(f"preparing baseline {redact_text(baseline)} …", err=True)
     log = out / "prepare.log"
     base_side = prepare(baseline, "baseline", log=log, indexes=indexes["baseline"])
@@ -224,6 +242,7 @@ def calibrate(
     matrix, cells, resolved = chosen.select()
     check_out(out, force)
     runs = runs or Path("torch-matrix-runs") / f"calibrate-{new_run_id()}"
+    fresh_out(runs)
     click.echo(f"preparing {side} …", err=True)
     prepared = prepare(side, "side", log=runs / "prepare.log")
     click.echo(
@@ -320,12 +339,13 @@ def aggregate(
     from suite.flows.aggregate import job_dirs
     from suite.judge.policy import load_policy
 
-    policy = load_policy(policy_file, policy_profile)
-    decision = join(job_dirs(roots), policy, notes=notes)
-    out.mkdir(parents=True, exist_ok=True)
-    write_reports(decision, out)
-    if summary_file is not None:
-        append_summary(decision, summary_file, full_report_url)
-    finish_decision(
-        decision, fmt, out=out, github_step=github_step, full_report_url=full_report_url
-    )
+    with step_outputs_on_error(github_step, out):
+        policy = load_policy(policy_file, policy_profile)
+        decision = join(job_dirs(roots), policy, notes=notes)
+        out.mkdir(parents=True, exist_ok=True)
+        write_reports(decision, out)
+        if summary_file is not None:
+            append_summary(decision, summary_file, full_report_url)
+        finish_decision(
+            decision, fmt, out=out, github_step=github_step, full_report_url=full_report_url
+        )

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 import click
 
-from suite.core.errors import SuiteError
+from suite.core.errors import SuiteError, no_room
 
 F = TypeVar("F", bound=Callable[..., Any])
 INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
@@ -31,6 +31,11 @@ def handles_errors(fn: F) -> F:
             return fn(*args, **kwargs)
         except SuiteError as exc:
             report(exc)
+        except OSError as exc:
+            problem = no_room(exc, exc.filename or "a file")
+            if problem is None:
+                raise
+            report(problem)
         except KeyboardInterrupt:
             click.echo("torch-matrix: interrupted", err=True)
             sys.exit(INTERRUPTED)

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import click
 
+from suite.core.errors import InputError
+
 if TYPE_CHECKING:
     from suite.core.matrix import Matrix
     from suite.core.spec import CellSpec
@@ -96,9 +98,7 @@ class CellChoice:
 
     def select(self, size: str | None = None) -> tuple[Matrix, list[CellSpec], dict[str, Resolved]]:
         """The matrix and its chosen cells; size overrides --size (a deprecated spelling)."""
-        from suite.core.matrix import select_cells
-
-        return select_cells(
+        return checked_select(
             self.matrix_file, self.workloads, self.backends, self.cell_ids, size or self.size
         )
 
@@ -110,6 +110,24 @@ class CellChoice:
         if self.memory_limit:
             return int(self.memory_limit * 2**30)
         return default_memory_limit()
+
+
+def checked_select(
+    matrix_file: Path | None,
+    workloads: Sequence[str],
+    backends: Sequence[str],
+    cell_ids: Sequence[str],
+    size: str | None,
+) -> tuple[Matrix, list[CellSpec], dict[str, Resolved]]:
+    """select_cells, after every user workload the matrix and --workload name was imported in a
+    bounded child (suite/execute/plugins.py): a plugin that exits, hangs or floods at import
+    ends the command as an error naming it, before this process imports it."""
+    from suite.core.matrix import load_matrix, select_cells
+    from suite.execute.plugins import check_plugins
+
+    refs = [*(e.ref for e in load_matrix(matrix_file).entries), *workloads]
+    check_plugins(refs)
+    return select_cells(matrix_file, workloads, backends, cell_ids, size)
 
 
 def matrix_options(fn: F) -> F:
@@ -196,6 +214,27 @@ Exit codes:
   2  invalid input (the message names file and field)
   3  environment problem (e.g. a side's environment could not be prepared)
   130  interrupted"""
+
+
+def fresh_out(out: Path, *, resume: bool = False, holds: Sequence[str] = ("run.json",)) -> None:
+    """An output folder must be absent or empty, so that nothing of the user's is overwritten;
+    with --resume it must hold what a run of this command writes (holds: relative paths)."""
+    if resume:
+        missing = [name for name in holds if not (out / name).is_file()]
+        if missing:
+            raise InputError(
+                f"holds no run to resume ({', '.join(missing)} missing)",
+                file=str(out),
+                option="--out",
+            )
+        return
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise InputError(
+            "is not an empty folder: choose a new or empty --out (nothing was written), or pass "
+            "--resume to continue the run it holds",
+            file=str(out),
+            option="--out",
+        )
 
 
 def index_options(fn: F) -> F:

@@ -15,6 +15,7 @@ from suite.cli.edge import handles_errors
 from suite.cli.options import (
     EXIT_CODES,
     CellChoice,
+    fresh_out,
     matrix_options,
 )
 from suite.core.errors import InputError, warn
@@ -70,6 +71,7 @@ def run(
         if resume:
             raise InputError("--resume needs --out: the run directory to finish")
         out = Path("torch-matrix-runs") / run_id
+    fresh_out(out, resume=resume)
     options = RunOptions(
         out=out,
         interpreter=interpreter,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+
 
 class SuiteError(Exception):
     """Base class. The message says what went wrong and what to do about it."""
@@ -61,6 +63,25 @@ class EnvironmentProblem(SuiteError):
     """The machine cannot do what was asked (no interpreter, no docker, unwritable dir)."""
 
     exit_code = 3
+
+
+# A disk that cannot take a file: one clear error (exit 3), not a traceback per open file.
+_NO_ROOM = {
+    errno.ENOSPC: "the disk is full",
+    errno.EDQUOT: "the disk quota is used up",
+    errno.EROFS: "the file system is read-only",
+}
+
+
+def no_room(exc: OSError, what: str) -> EnvironmentProblem | None:
+    """The EnvironmentProblem for a write that failed for want of room (full disk, quota,
+    read-only file system), naming what was being written; None for any other OSError."""
+    if exc.errno not in _NO_ROOM:
+        return None
+    return EnvironmentProblem(
+        f"cannot write {what}: {_NO_ROOM[exc.errno]} ({exc.strerror}); free room (or make it "
+        "writable) and run again"
+    )
 
 
 def warn(message: str) -> None:

@@ -10,11 +10,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from suite.core.errors import InputError, WorkloadError, warn
 from suite.core.spec import CellSpec
-from suite.core.validation import load_document, validate
+from suite.core.validation import load_spec_document, validate
+from suite.core.yamlsafe import load_yaml
 from suite.workloads import Resolved, resolve
 from suite.workloads.base import ParamValue
 
@@ -95,10 +94,10 @@ def load_matrix(path: Path | None) -> Matrix:
     if path is None:
         text = default_matrix_text()
         return _from_doc(
-            yaml.safe_load(text), DEFAULT_MATRIX_NAME, hashlib.sha256(text.encode()).hexdigest()
+            load_yaml(text), DEFAULT_MATRIX_NAME, hashlib.sha256(text.encode()).hexdigest()
         )
-    doc = load_document(path)
-    return _from_doc(doc, str(path), hashlib.sha256(path.read_bytes()).hexdigest())
+    doc, digest = load_spec_document(path)
+    return _from_doc(doc, str(path), digest)
 
 
 def select(

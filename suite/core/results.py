@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from suite.core.errors import InputError
+from suite.core.errors import InputError, no_room
 from suite.core.spec import CellSpec
 from suite.core.validation import load_document, validate
 
@@ -35,18 +35,28 @@ def new_run_id() -> str:
 
 
 def atomic_write_json(path: Path, doc: Any) -> None:
-    """Write via a temporary file in the same folder and rename: readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    """Write via a temporary file in the same folder and rename: readers never see half a file,
+    and a write that fails leaves no temporary file behind."""
+    text = json.dumps(doc, indent=2, sort_keys=False) + "\n"
+    tmp: str | None = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(doc, fh, indent=2, sort_keys=False)
-            fh.write("\n")
+            fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
+    except OSError as exc:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        problem = no_room(exc, f"{path} (it was not changed, and no partial file is left)")
+        if problem is not None:
+            raise problem from None
+        raise
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
         raise
 
 

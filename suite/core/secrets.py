@@ -1,6 +1,12 @@
-"""Which environment variables are secrets: one rule, for every place that records a variable
-(the environment record in run.json and results) or forwards one (into a container, into a
-reproduce line). A secret's value is never written to a file or printed."""
+"""Which environment variables and which values are secrets: one rule, for every place that
+records a variable (the environment record in run.json and results), forwards one (into a
+container, into a reproduce line) or prints a URL. A secret's value is never written to a file
+or printed.
+
+A variable is secret by its name (TOKEN, PASSWORD, _PW, ...) or by its value: a URL with a
+user:password, a key=value pair whose key is secret-like (password=..., a DSN's token=...), or
+a value shaped like a known token (ghp_..., xoxb-..., AKIA..., hf_..., Bearer ...).
+"""
 
 from __future__ import annotations
 
@@ -13,22 +19,54 @@ MASK = "***"
 # scheme://userinfo@ in a URL anywhere in a text: an index or a proxy with its credential.
 _USERINFO = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*://)([^/@\s'\"]+)@")
 # Matched anywhere in the name, any case: HF_TOKEN, TORCH_API_KEY, NCCL_SECRET, PGPASSWORD,
-# FTP_PASSWD, AWS_CREDENTIALS_FILE, TORCH_HUB_AUTH.
-SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL|AUTH", re.IGNORECASE)
+# FTP_PASSWD, AWS_CREDENTIALS_FILE, TORCH_HUB_AUTH; and PW as a word of it (TORCH_HOME_PW).
+SECRET_NAME = re.compile(
+    r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL|AUTH|(?:^|_)PW(?:_|$)", re.IGNORECASE
+)
+# key=value (or key: value) inside a value, whose key says it is a secret: a DSN's password=.
+_SECRET_PAIR = re.compile(
+    r"(?i)\b((?:password|passwd|pwd|secret|token|api[_-]?key|access[_-]?key)\s*[=:]\s*)"
+    r"(\"[^\"]*\"|'[^']*'|[^\s;&,]+)"
+)
+# The shapes of common tokens, whatever variable holds them.
+_TOKEN_SHAPE = re.compile(
+    r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|xox[abprs]-[A-Za-z0-9-]{10,}"
+    r"|AKIA[0-9A-Z]{16}|hf_[A-Za-z0-9]{20,}|glpat-[A-Za-z0-9_-]{20,}|sk-[A-Za-z0-9_-]{20,})\b"
+    r"|(?i:\bbearer\s+[A-Za-z0-9._~+/=-]{8,})"
+)
 
 
 def is_secret(name: str) -> bool:
     return SECRET_NAME.search(name) is not None
 
 
+def mask_value(value: str) -> str:
+    """The value with every credential in it masked: URL userinfo, secret key=value pairs and
+    token shapes; what is not secret (a host, a path) stays, as evidence."""
+    masked = redact_text(value)
+    masked = _SECRET_PAIR.sub(lambda m: f"{m[1]}{MASK}", masked)
+    return _TOKEN_SHAPE.sub(MASK, masked)
+
+
+def has_secret_value(value: str) -> bool:
+    return mask_value(value) != value
+
+
 def redact(env: Mapping[str, str]) -> dict[str, str]:
-    """The variables with every secret's value replaced by REDACTED, sorted by name."""
-    return {k: (REDACTED if is_secret(k) else v) for k, v in sorted(env.items())}
+    """The variables with every secret's value replaced by REDACTED (by name) or masked (by
+    value), sorted by name."""
+    return {k: (REDACTED if is_secret(k) else mask_value(v)) for k, v in sorted(env.items())}
+
+
+def withheld(name: str, value: str) -> bool:
+    """Whether a variable is not to be passed on by value: secret by name or value, or already
+    redacted or masked in a record."""
+    return is_secret(name) or value == REDACTED or has_secret_value(value) or MASK in value
 
 
 def without_secrets(env: Mapping[str, str]) -> dict[str, str]:
-    """The variables less every secret and every value already redacted, sorted by name."""
-    return {k: v for k, v in sorted(env.items()) if not is_secret(k) and v != REDACTED}
+    """The variables less every one withheld (see withheld), sorted by name."""
+    return {k: v for k, v in sorted(env.items()) if not withheld(k, v)}
 
 
 # A userinfo of ${NAME} references only names variables (pip expands them): no secret in it.

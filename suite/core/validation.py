@@ -7,6 +7,7 @@ Schemas live in the top-level ``schemas/`` folder, which is installed as the
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 from collections.abc import Mapping
 from importlib import resources
@@ -14,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
-import yaml
 from referencing import Registry, Resource
 
 from suite.core.errors import InputError, SchemaErrors, SchemaVersionError
+from suite.core.yamlsafe import YamlProblem, load_yaml
 
 # kind -> (schema file, supported versions)
 KINDS: dict[str, tuple[str, tuple[int, ...]]] = {
@@ -105,27 +106,70 @@ def validate(doc: Any, kind: str, *, file: str) -> None:
         raise SchemaErrors(problems, file=file)
 
 
-def load_document(path: Path) -> Any:
-    """Read a JSON or YAML file, raising InputError (never a traceback) on bad syntax."""
+# No file the suite reads is near this; a file above it is refused unread, naming it.
+MAX_DOCUMENT_BYTES = 64 << 20
+# Matrices and policies are written by hand (and come from pull requests): far smaller.
+MAX_SPEC_BYTES = 1 << 20
+
+
+def read_capped(path: Path, limit: int = MAX_DOCUMENT_BYTES) -> bytes:
+    """A file's bytes, refused (InputError naming it) when above limit or unreadable."""
     try:
-        text = path.read_text(encoding="utf-8")
+        with open(path, "rb") as fh:
+            raw = fh.read(limit + 1)
     except FileNotFoundError:
         raise InputError("file not found", file=str(path)) from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
+        raise InputError(f"cannot read file: {exc}", file=str(path)) from None
+    if len(raw) > limit:
+        raise InputError(
+            f"larger than the {limit:,} bytes this kind of file may have; refused unread",
+            file=str(path),
+        )
+    return raw
+
+
+def _no_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    doc: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in doc:
+            raise ValueError(f"key {key!r} appears twice in one object")
+        doc[key] = value
+    return doc
+
+
+def parse_document(raw: bytes, path: Path) -> Any:
+    """JSON or YAML (by the file's suffix) from its bytes, raising InputError (never a
+    traceback) on bad syntax, a repeated key, or YAML that expands beyond its limit."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
         raise InputError(f"cannot read file: {exc}", file=str(path)) from None
     if path.suffix in (".yaml", ".yml"):
         try:
-            return yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-            raise InputError(f"invalid YAML{where}", file=str(path)) from None
+            return load_yaml(text)
+        except YamlProblem as exc:
+            raise InputError(str(exc), file=str(path)) from None
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_no_repeats)
     except json.JSONDecodeError as exc:
         raise InputError(
             f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}", file=str(path)
         ) from None
+    except ValueError as exc:
+        raise InputError(str(exc), file=str(path)) from None
+
+
+def load_document(path: Path, limit: int = MAX_DOCUMENT_BYTES) -> Any:
+    """Read a JSON or YAML file of at most limit bytes (see parse_document)."""
+    return parse_document(read_capped(path, limit), path)
+
+
+def load_spec_document(path: Path) -> tuple[Any, str]:
+    """A hand-written file (matrix, policy): its document and the sha256 of the very bytes it
+    was parsed from, read once."""
+    raw = read_capped(path, MAX_SPEC_BYTES)
+    return parse_document(raw, path), hashlib.sha256(raw).hexdigest()
 
 
 def validate_file(path: Path, kind: str | None = None) -> str:

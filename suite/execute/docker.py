@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from suite.core.errors import EnvironmentProblem, InputError
-from suite.core.secrets import without_secrets
+from suite.core.secrets import withheld, without_secrets
 from suite.execute import shell
 from suite.execute.devices import device_flags, device_options
 from suite.execute.launch import TERM_GRACE_S, Outcome, Step
@@ -53,10 +53,24 @@ _FORWARD_PREFIXES = (*ENV_PREFIXES, "PYTHONUNBUFFERED", "PYTHONHASHSEED", "LANG"
 _HOST_ONLY = ("TORCH_MATRIX_CACHE", "TORCH_MATRIX_TEST_")  # prefixes
 
 
+def _allowed(env: Mapping[str, str]) -> dict[str, str]:
+    return {
+        k: v
+        for k, v in env.items()
+        if k.startswith(_FORWARD_PREFIXES) and not k.startswith(_HOST_ONLY)
+    }
+
+
 def forwarded_env(env: Mapping[str, str]) -> dict[str, str]:
-    """The variables that go into a container: allowlisted, never a secret or a redacted one."""
-    allowed = {k: v for k, v in env.items() if k.startswith(_FORWARD_PREFIXES)}
-    return without_secrets({k: v for k, v in allowed.items() if not k.startswith(_HOST_ONLY)})
+    """The variables that go into a container: allowlisted, never a secret (by name or value)
+    or a redacted one."""
+    return without_secrets(_allowed(env))
+
+
+def withheld_names(env: Mapping[str, str]) -> list[str]:
+    """Allowlisted variables that a pasted line passes by name only (`-e NAME`): secret by name
+    or value, or recorded redacted; the pasting shell supplies its own value, if any."""
+    return sorted(k for k, v in _allowed(env).items() if withheld(k, v))
 
 
 def image_env(reference: str | None, digest: str | None, base: str | None) -> dict[str, str]:
@@ -315,6 +329,8 @@ def docker_run_line(
         head += ["-v", f"{path}:{path}" + (":ro" if mode == "ro" else "")]
     for key, value in {**forwarded_env(env), "HOME": CONTAINER_HOME}.items():
         head += ["-e", f"{key}={value}"]
+    for key in withheld_names(env):
+        head += ["-e", key]  # by name: the value is the pasting shell's, never written here
     head += ["--user", shell.USER, image, *args]
     written = [p for p, mode in mounts.items() if mode == "rw"]
     mkdir = f"{shell.join(['mkdir', '-p', *written])} && " if written else ""

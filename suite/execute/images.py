@@ -36,6 +36,7 @@ from typing import Any
 
 from suite.core.errors import EnvironmentProblem, InputError
 from suite.core.secrets import redact_text
+from suite.execute.cache import cache_root
 from suite.execute.devices import device_flags
 from suite.execute.indexes import Indexes
 
@@ -562,8 +563,6 @@ def _smoke(tag: str, backend: str, log: Path) -> dict[str, Any]:
     """python -m suite.worker.smoke in the image, offline, with the backend's devices; once per
     set of layers on this machine: an image whose layers all came from the cache (the same
     content under other labels) passed it already."""
-    from suite.execute.sides import cache_root
-
     gpu = backend != "cpu" and any(Path(p).exists() for p in ("/dev/nvidia0", "/dev/kfd"))
     layers = ((inspect_image(tag) or {}).get("RootFS") or {}).get("Layers") or [tag]
     content = hashlib.sha256("\n".join(layers).encode()).hexdigest()

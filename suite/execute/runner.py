@@ -3,6 +3,7 @@ and keep run.json current so that a killed run can be resumed without losing or 
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import shutil
@@ -12,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from suite import __version__
-from suite.core.errors import EnvironmentProblem, InputError
+from suite.core.errors import EnvironmentProblem, InputError, warn
 from suite.core.matrix import Matrix, expand
 from suite.core.progress import Progress
 from suite.core.records import FAILED_STATUSES
@@ -47,19 +48,42 @@ class RunSummary:
         return [c for c, s in self.statuses.items() if s in FAILED_STATUSES]
 
 
-def _reusable(path: Path, spec: CellSpec, torch_version: str) -> dict[str, Any] | None:
-    """An existing record that --resume may keep: valid, same spec, same torch."""
+def record_digest(path: Path) -> str | None:
+    """sha256 of a record file as written, which run.json keeps beside its entry."""
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def _reusable(
+    path: Path, spec: CellSpec, torch_version: str, digest: str | None, round_no: int
+) -> dict[str, Any] | None:
+    """An existing record that --resume may keep: the very file the run wrote (its sha256 as
+    run.json recorded it), valid, same spec, same torch. A record that is there but cannot be
+    kept is redone, and the user is told which round and why."""
     if not path.is_file():
         return None
-    try:
-        doc = read_result(path)
-    except InputError:
-        return None
-    if doc["spec_hash"] != spec.spec_hash:
-        return None
-    if doc["torch"] is not None and doc["torch"].get("version") != torch_version:
-        return None
-    return doc
+    why = None
+    found = record_digest(path)
+    if digest is None:
+        why = "run.json recorded no digest for it (the run stopped while writing it)"
+    elif found != digest:
+        why = f"it changed since it was written (sha256 {str(found)[:12]}, recorded {digest[:12]})"
+    else:
+        try:
+            doc = read_result(path)
+        except InputError as exc:
+            why = f"it does not read: {str(exc).splitlines()[0][:200]}"
+        else:
+            if doc["spec_hash"] != spec.spec_hash:
+                why = "it is of another cell spec"
+            elif doc["torch"] is not None and doc["torch"].get("version") != torch_version:
+                why = f"it ran torch {doc['torch'].get('version')}, not {torch_version}"
+            else:
+                return doc
+    warn(f"resume: round {round_no} of {spec.cell_id} is run again: {why}")
+    return None
 
 
 def keep_inputs(run_dir: Path, files: Sequence[Path]) -> None:
@@ -162,6 +186,12 @@ class Run:
         self.doc.update(extra or {})
         keep_inputs(self.dir, self._input_files())
         self._index = {(c["cell_id"], c["round"]): c for c in self.doc["cells"]}
+        # What each record file was when it was written: --resume keeps only those unchanged.
+        self._digests: dict[tuple[str, int], str] = {
+            (c["cell_id"], c["round"]): c["sha256"]
+            for c in (existing or {}).get("cells", [])
+            if c.get("sha256")
+        }
         self._records: dict[tuple[str, int], dict[str, Any]] = {}
         write_run(self.path, self.doc)
 
@@ -179,7 +209,9 @@ class Run:
         """The valid record --resume would keep for this round, if any."""
         if not self.options.resume:
             return None
-        return _reusable(cell_file(self.dir, spec.cell_id, round_no), spec, self.torch_version)
+        path = cell_file(self.dir, spec.cell_id, round_no)
+        digest = self._digests.get((spec.cell_id, round_no))
+        return _reusable(path, spec, self.torch_version, digest, round_no)
 
     def discard(self, spec: CellSpec, round_no: int) -> None:
         """Forget a round of a cell (its record file too), so that it runs again."""
@@ -273,7 +305,9 @@ class Run:
         # The parent's view of the cell's wall time: process start and teardown included.
         harness = doc.get("harness") or {}
         self._entry(spec, round_no).update(
-            status=doc["status"], wall_s=harness.get("parent_wall_s", doc["wall_s"])
+            status=doc["status"],
+            wall_s=harness.get("parent_wall_s", doc["wall_s"]),
+            sha256=record_digest(path),
         )
         self._records[(spec.cell_id, round_no)] = doc
         write_run(self.path, self.doc)

@@ -17,23 +17,16 @@ from pathlib import Path
 
 from suite.core.errors import EnvironmentProblem, InputError
 from suite.core.secrets import redact_text, without_credential
+from suite.execute.cache import cache_root
 from suite.execute.indexes import Indexes
 from suite.execute.side_record import Side
 
 __all__ = ["Side", "parse", "prepare"]
 
-CACHE_VAR = "TORCH_MATRIX_CACHE"
 _REQUIREMENT = re.compile(r"^torch\s*(\[[^\]]*\])?\s*(==|~=|>=|<=|>|<|!=|===|@)")
 # Runtime needs of the worker besides torch; the suite itself travels on PYTHONPATH.
 WORKER_REQUIREMENTS = ("jsonschema>=4.18", "PyYAML>=6.0", "numpy")
 INSTALL_TIMEOUT_S = 3600.0
-
-
-def cache_root() -> Path:
-    base = os.environ.get(CACHE_VAR) or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "torch-matrix"
-    )
-    return Path(base)
 
 
 def parse(spec: str, role: str) -> str:

@@ -20,6 +20,7 @@ import requests.auth
 
 from suite import __version__
 from suite.core.errors import InputError, SuiteError
+from suite.core.secrets import redact_text
 from suite.report.escape import plain
 
 DEFAULT_API_URL = "https://api.github.com"
@@ -89,7 +90,7 @@ def _message(resp: requests.Response) -> str:
 
 def _unreachable(exc: requests.RequestException, url: str) -> str:
     # The class name only: requests' own text can be long and repeats the whole URL.
-    return f"no answer from {urlsplit(url).netloc} ({type(exc).__name__})"
+    return f"no answer from {urlsplit(redact_text(url)).netloc} ({type(exc).__name__})"
 
 
 def _secondary_limit(resp: requests.Response) -> bool:
@@ -141,7 +142,7 @@ class GitHubClient:
         if parts.scheme not in ("http", "https") or not parts.netloc or parts.query:
             raise InputError(
                 f"GITHUB_API_URL must be an http(s) URL such as {DEFAULT_API_URL} or "
-                f"https://ghe.example/api/v3, got {url!r}",
+                f"https://ghe.example/api/v3, got {redact_text(url)!r}",
                 path="GITHUB_API_URL",
             )
         self.base_url = url
@@ -157,7 +158,7 @@ class GitHubClient:
         self.timeout = timeout
 
     def __repr__(self) -> str:
-        return f"GitHubClient(base_url={self.base_url!r})"
+        return f"GitHubClient(base_url={redact_text(self.base_url)!r})"
 
     def url(self, path: str) -> str:
         """Join a path to the base URL, keeping a GHES prefix such as /api/v3."""

@@ -3,13 +3,16 @@ summary in $GITHUB_STEP_SUMMARY. Both are no-ops outside Actions, so commands ca
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from suite.core.errors import EnvironmentProblem, InputError
+from suite.core.errors import EnvironmentProblem, InputError, SuiteError
+from suite.core.secrets import redact_text
+from suite.report.escape import code_block
 from suite.report.markdown import render_markdown
 
 
@@ -58,3 +61,27 @@ def append_summary(decision: dict[str, Any], path: Path, full_report_url: str | 
             f"cannot append to the summary file: {exc}", file=str(path), option="--summary"
         ) from None
     return len(data)
+
+
+@contextlib.contextmanager
+def step_outputs_on_error(enabled: bool, out: Path | None = None) -> Iterator[None]:
+    """In a GitHub Actions step (enabled: --github-step), a command that ends in an error still
+    leaves its outputs — decision empty, so no later step reads a pass — and says why in the job
+    summary; the error then ends the command with its own exit code."""
+    try:
+        yield
+    except (SuiteError, OSError) as exc:
+        if enabled:
+            with contextlib.suppress(SuiteError, OSError):
+                outputs = {"decision": "", "error": redact_text(str(exc).splitlines()[0])}
+                if out is not None:
+                    outputs["results-path"] = str(out)
+                write_github_output(outputs)
+                summary = os.environ.get("GITHUB_STEP_SUMMARY")
+                if summary:
+                    with open(summary, "a", encoding="utf-8") as fh:
+                        fh.write(
+                            "## torch-matrix: **NO DECISION**\n\nThe run stopped before it "
+                            f"could decide:\n\n{code_block(redact_text(str(exc)))}\n"
+                        )
+        raise

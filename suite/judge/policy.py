@@ -9,11 +9,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from suite.core.errors import InputError
 from suite.core.records import DECISIONS, Severity
-from suite.core.validation import load_document, validate
+from suite.core.validation import load_spec_document, validate
+from suite.core.yamlsafe import load_yaml
 from suite.judge.sequential import DEFAULT_FAIL_LEVEL, DEFAULT_LOOKS, DEFAULT_PASS_LEVEL, Design
 
 DEFAULT_POLICY_NAME = "<built-in default policy>"
@@ -183,13 +182,12 @@ def load_policy(path: Path | None, profile: str | None) -> Policy:
     if path is None:
         text = default_policy_text()
         doc, file, digest = (
-            yaml.safe_load(text),
+            load_yaml(text),
             DEFAULT_POLICY_NAME,
             hashlib.sha256(text.encode()).hexdigest(),
         )
     else:
-        doc, file = load_document(path), str(path)
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        (doc, digest), file = load_spec_document(path), str(path)
     validate(doc, "torch-matrix/policy", file=file)
     name = profile or doc.get("default_profile")
     if name is None:

@@ -2,8 +2,11 @@
 
 One file's pins come from suite/pins/files.py (requirements/constraints, pyproject.toml) and
 suite/pins/formats.py (lock files of uv, poetry, pdm, Pipfile and PEP 751, conda environments,
-pixi manifests and locks, Dockerfiles). Here: which torch each side installs (a lock's exact
-version wins over a range; files that disagree are named), and what moved.
+pixi manifests and locks, Dockerfiles); one side's files from suite/pins/refs.py (a git ref,
+symlinks followed inside the repository) or suite/pins/tree.py (texts in memory), the files pip
+includes with -r/-c counted as pins of the file that includes them. Here: which torch each side
+installs (a lock's exact version wins over a range; files that disagree are named), and what
+moved.
 
 Fail closed: a pin-bearing file that changed and cannot be read, a moved range with no lock, or
 files that disagree make the answer `unknown` (the matrix runs), never "no torch change". That
@@ -16,23 +19,30 @@ torchvision, torchaudio and triton are read too and reported beside torch.
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, replace
 
 from packaging.specifiers import SpecifierSet
 
-from suite.core.errors import EnvironmentProblem, InputError
+from suite.core.errors import InputError
 from suite.pins.files import Pin, pin_file_kind, pins_in_file
 from suite.pins.formats import TRACKED, Unreadable
+from suite.pins.refs import GIT_TIMEOUT_S, MAX_FILE_BYTES, files_at_ref, tree_at_ref
+from suite.pins.tree import Tree, tree_of
 
-__all__ = ["Assessment", "Pin", "Tree", "assess", "pin_file_kind", "pins_in_file", "tree_at_ref"]
-
-GIT_TIMEOUT_S = 60.0
-# Lock files of large projects run to megabytes; a pin-bearing file above this is not read,
-# and when it changed the answer is `unknown`.
-MAX_FILE_BYTES = 32 << 20
+__all__ = [
+    "GIT_TIMEOUT_S",
+    "MAX_FILE_BYTES",
+    "Assessment",
+    "Pin",
+    "Tree",
+    "assess",
+    "files_at_ref",
+    "pin_file_kind",
+    "pins_in_file",
+    "tree_at_ref",
+    "tree_of",
+]
 
 
 @dataclass(frozen=True)
@@ -45,17 +55,6 @@ class Unknown:
 
     def as_dict(self) -> dict[str, str]:
         return {"file": self.file, "side": self.side, "reason": self.reason}
-
-
-@dataclass(frozen=True)
-class Tree:
-    """The pin-bearing files of one side: path -> text, path -> content id, and the files that
-    were not read (path -> why)."""
-
-    texts: dict[str, str]
-    ids: dict[str, str]
-    unread: dict[str, str]
-    kinds: dict[str, str] = field(default_factory=dict)  # format overrides, for single files
 
 
 @dataclass(frozen=True)
@@ -99,13 +98,26 @@ class Assessment:
 Bump = Assessment
 
 
+def _file_pins(tree: Tree, path: str) -> list[Pin]:
+    """A file's pins, and those of the files it includes as pins of the file (pip installs them
+    when it installs the file). Raises Unreadable."""
+    pins = pins_in_file(path, tree.texts[path], kind=tree.kinds.get(path))
+    for included in tree.includes.get(path, ()):
+        try:
+            found = pins_in_file(included, tree.sources[included], kind="requirements")
+        except Unreadable as exc:
+            raise Unreadable(f"{included}, which it includes: {exc}") from None
+        pins += [replace(p, file=path, included=included) for p in found]
+    return pins
+
+
 def read_tree(tree: Tree) -> tuple[list[Pin], dict[str, str]]:
     """Every tracked pin of a side, and the files that could not be read (path -> why)."""
     pins: list[Pin] = []
     unreadable = dict(tree.unread)
     for path in sorted(tree.texts):
         try:
-            pins += pins_in_file(path, tree.texts[path], kind=tree.kinds.get(path))
+            pins += _file_pins(tree, path)
         except Unreadable as exc:
             unreadable[path] = str(exc)
     return pins, unreadable
@@ -124,11 +136,12 @@ def find_torch_pins(files: Mapping[str, str]) -> list[Pin]:
 
 
 def _public(pin: Pin) -> str:
-    return pin.key.split("+", 1)[0]
+    """The version without its local label (+cpu); a URL is its own version."""
+    return pin.key if pin.url else pin.key.split("+", 1)[0]
 
 
 def _describe(pin: Pin) -> str:
-    return f"{pin.file}:{pin.line} has {pin.side!r}"
+    return f"{pin.location} has {pin.side!r}"
 
 
 def effective_pin(pins: Sequence[Pin], package: str = "torch") -> tuple[Pin | None, list[str]]:
@@ -167,10 +180,14 @@ def effective_pin(pins: Sequence[Pin], package: str = "torch") -> tuple[Pin | No
 
 
 def _keys_by_file(pins: Sequence[Pin], package: str) -> dict[str, set[str]]:
+    """File -> the keys of its pins; an included file's pins count for it and for the file that
+    includes it, so that an answer names both."""
     by_file: dict[str, set[str]] = {}
     for pin in pins:
         if pin.package == package:
-            by_file.setdefault(pin.file, set()).add(pin.key)
+            for file in (pin.file, pin.included):
+                if file is not None:
+                    by_file.setdefault(file, set()).add(pin.key)
     return by_file
 
 
@@ -226,65 +243,8 @@ def assess(base: Tree, head: Tree) -> Assessment:
     )
 
 
-def tree_of(files: Mapping[str, str], kinds: Mapping[str, str] | None = None) -> Tree:
-    """A Tree of texts held in memory (path -> text)."""
-    import hashlib
-
-    ids = {
-        p: hashlib.sha256(t.encode("utf-8", "surrogateescape")).hexdigest()
-        for p, t in files.items()
-    }
-    return Tree(dict(files), ids, {}, dict(kinds or {}))
-
-
 def detect_bump(base: Mapping[str, str], head: Mapping[str, str]) -> Assessment | None:
     """The assessment of two trees (path -> text); None when no torch pin changed and every
     changed file was read."""
     result = assess(tree_of(base), tree_of(head))
     return None if result.status == "unchanged" else result
-
-
-def _git(repo: Path, args: Sequence[str], ref: str) -> bytes:
-    argv = ["git", "-C", str(repo), *args]
-    try:
-        proc = subprocess.run(argv, capture_output=True, timeout=GIT_TIMEOUT_S, check=False)
-    except FileNotFoundError:
-        raise EnvironmentProblem("git is not installed (needed to read --base/--head)") from None
-    except subprocess.TimeoutExpired:
-        why = f"git {args[0]} timed out after {GIT_TIMEOUT_S:.0f}s"
-        raise InputError(f"cannot read git ref {ref!r}: {why}", file=str(repo)) from None
-    if proc.returncode != 0:
-        why = proc.stderr.decode("utf-8", "replace").strip() or f"git exited {proc.returncode}"
-        raise InputError(f"cannot read git ref {ref!r}: {why}", file=str(repo))
-    return proc.stdout
-
-
-def tree_at_ref(repo: Path, ref: str) -> Tree:
-    """The files that may pin torch as they are at a git ref, by path from the repository root."""
-    if not ref or ref.startswith("-"):
-        raise InputError(f"cannot read git ref {ref!r}: not a ref", file=str(repo))
-    listing = _git(repo, ["ls-tree", "-r", "-l", "-z", "--full-tree", ref], ref)
-    texts: dict[str, str] = {}
-    ids: dict[str, str] = {}
-    unread: dict[str, str] = {}
-    for entry in listing.decode("utf-8", "surrogateescape").split("\0"):
-        meta, _, path = entry.partition("\t")
-        if not path:
-            continue
-        mode, kind, obj, size = meta.split()
-        # Symlinks are blobs holding the target's name; submodules are commits.
-        if kind != "blob" or mode == "120000" or pin_file_kind(path) is None:
-            continue
-        ids[path] = obj
-        if size.isdigit() and int(size) > MAX_FILE_BYTES:
-            unread[path] = f"{int(size) >> 20} MiB, above the {MAX_FILE_BYTES >> 20} MiB read limit"
-            continue
-        # By object id, so that no path is ever read as a revision or an option.
-        blob = _git(repo, ["cat-file", "blob", obj], ref)
-        texts[path] = blob.decode("utf-8-sig", "replace")
-    return Tree(texts, ids, unread)
-
-
-def files_at_ref(repo: Path, ref: str) -> dict[str, str]:
-    """The texts of the files that may pin torch at a git ref (see tree_at_ref)."""
-    return tree_at_ref(repo, ref).texts

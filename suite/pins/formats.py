@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
-import yaml
 from packaging.utils import canonicalize_name
+
+from suite.core.yamlsafe import YamlProblem, load_yaml
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -221,10 +222,12 @@ def _conda_found(spec: str, text: str, where: str) -> Found | None:
 
 
 def _yaml(text: str) -> Any:
+    """A YAML pin file, bounded (suite.core.yamlsafe): an alias bomb or a repeated key in a pull
+    request's file is a file that cannot be read, so the answer is `unknown`."""
     try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise Unreadable(f"not valid YAML: {exc}".splitlines()[0]) from None
+        return load_yaml(text)
+    except YamlProblem as exc:
+        raise Unreadable(f"not valid YAML: {exc}") from None
 
 
 def read_conda(text: str, pip_reader: Callable[[str], list[Found]]) -> list[Found]:

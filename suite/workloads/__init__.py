@@ -3,11 +3,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import importlib.util
 import inspect
+import io
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -92,6 +95,40 @@ def _import_file(path: Path, ref: str) -> ModuleType:
     return module
 
 
+# What a plugin prints while it is imported goes to stderr, this much at most: never into a
+# command's stdout, where it would break --format json.
+IMPORT_OUTPUT_CAP = 64 << 10
+
+
+class _Capped(io.TextIOBase):
+    def __init__(self) -> None:
+        self.kept: list[str] = []
+        self.size = 0
+
+    def write(self, text: str) -> int:
+        room = IMPORT_OUTPUT_CAP - self.size
+        if room > 0:
+            self.kept.append(text[:room])
+        self.size += len(text)
+        return len(text)
+
+
+@contextlib.contextmanager
+def _import_output(ref: str) -> Iterator[None]:
+    sink = _Capped()
+    try:
+        with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+            yield
+    finally:
+        if sink.size:
+            sys.stderr.write("".join(sink.kept))
+            if sink.size > IMPORT_OUTPUT_CAP:
+                sys.stderr.write(
+                    f"\n[workload {ref}: {sink.size - IMPORT_OUTPUT_CAP} more characters "
+                    "printed while it was imported, not shown]\n"
+                )
+
+
 def _load(target: str, ref: str) -> tuple[ModuleType, str, Any]:
     module_part, sep, obj_part = target.rpartition(":")
     if not sep or not module_part or not obj_part:
@@ -101,12 +138,17 @@ def _load(target: str, ref: str) -> tuple[ModuleType, str, Any]:
             "or 'path/to/file.py:object'"
         )
     try:
-        if file_part(target) is not None:
-            module = _import_file(Path(module_part), ref)
-        else:
-            module = importlib.import_module(module_part)
+        with _import_output(ref):
+            if file_part(target) is not None:
+                module = _import_file(Path(module_part), ref)
+            else:
+                module = importlib.import_module(module_part)
     except WorkloadError:
         raise
+    except SystemExit as exc:  # never a silent exit 0 from the middle of a command
+        raise WorkloadError(
+            f"importing {module_part!r} for workload {ref!r} called sys.exit({exc.code!r})"
+        ) from None
     except Exception as exc:  # a plugin's import error is the user's to see, not a traceback
         raise WorkloadError(
             f"importing {module_part!r} for workload {ref!r} failed: {exc!r}"
