@@ -345,6 +345,19 @@ def test_a_pin_that_is_an_image_gets_the_suite_on_that_base(tmp_path: Path) -> N
     team_id = json.loads(
         subprocess.run(["docker", "image", "inspect", team], capture_output=True, check=True).stdout
     )[0]["Id"]
+    try:
+        _suite_on_the_team_image(tmp_path, team, team_id, folder)
+    finally:
+        for tag in (team, *_built_tags(tmp_path)):
+            subprocess.run(["docker", "rmi", "-f", tag], capture_output=True, check=False)
+
+
+def _built_tags(tmp_path: Path) -> list[str]:
+    record = tmp_path / "image.json"
+    return [json.loads(record.read_text())["tag"]] if record.is_file() else []
+
+
+def _suite_on_the_team_image(tmp_path: Path, team: str, team_id: str, folder: Path) -> None:
     record = tmp_path / "image.json"
     code, stdout, stderr = cli(
         "image", "build", "--backend", "cpu", "--torch", "2.13.0", "--base", team,

@@ -155,9 +155,12 @@ def test_an_image_builds_from_the_pins_index_and_keeps_no_credential(
     assert index.url() in history  # the credential-free URL keys the torch layer
     _absent_everywhere(TOKEN, record, log, texts=(history, inspect, stdout, stderr))
     # The image's own pip configuration keeps nothing of the index either.
-    config = subprocess.run(
-        ["docker", "run", "--rm", "--network", "none", "--entrypoint", "sh", doc["tag"], "-c",
-         "env; cat /etc/pip.conf ~/.config/pip/pip.conf /opt/venv/pip.conf 2>/dev/null; true"],
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
+    try:
+        config = subprocess.run(
+            ["docker", "run", "--rm", "--network", "none", "--entrypoint", "sh", doc["tag"], "-c",
+             "env; cat /etc/pip.conf ~/.config/pip/pip.conf /opt/venv/pip.conf 2>/dev/null; true"],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+    finally:  # an image of its own (another torch layer): not left behind on the machine
+        subprocess.run(["docker", "rmi", "-f", doc["tag"]], capture_output=True, check=False)
     assert TOKEN not in config and USER not in config
