@@ -25,7 +25,7 @@ from suite.execute.environment import RunOptions, worker_env
 from suite.execute.forkclient import ForkServer, fork_launcher_enabled
 from suite.execute.forkserver import Request, import_time_env
 from suite.execute.launch import Launcher, Outcome, Step, run_process
-from tests.helpers import PLANTED, REPO, TESTS
+from tests.helpers import PLANTED, REPO, TESTS, cli
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
@@ -313,3 +313,32 @@ def test_fork_launcher_switch(
     monkeypatch.setattr(sys, "platform", platform)
     environ = {} if value is None else {"TORCH_MATRIX_FORK_SERVER": value}
     assert fork_launcher_enabled(environ) is expected
+
+
+@pytest.mark.slow
+def test_a_wrapper_scripts_exports_reach_every_worker_with_the_fork_server_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A side given as a wrapper (conda activate, module load, LD_PRELOAD scripts) that exports a
+    variable and execs Python: forked workers see it, as plainly started ones do."""
+    from tests.plugins.wrapped import WRAPPED_VALUE, WRAPPED_VAR
+
+    wrapper = tmp_path / "bin" / "python-wrapped"
+    wrapper.parent.mkdir()
+    wrapper.write_text(
+        f'#!/bin/sh\nexport {WRAPPED_VAR}={WRAPPED_VALUE}\nexec {sys.executable} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    monkeypatch.delenv(WRAPPED_VAR, raising=False)
+    plugin = f"{Path(__file__).parent / 'plugins' / 'wrapped.py'}:Wrapped"
+    for fork in ("1", "0"):
+        monkeypatch.setenv("TORCH_MATRIX_FORK_SERVER", fork)
+        out = tmp_path / f"run-fork-{fork}"
+        code, _, stderr = cli(
+            "run", "--python", str(wrapper), "--workload", plugin, "--backend", "cpu",
+            "--out", str(out),
+        )  # fmt: skip
+        record = json.loads((out / "cells" / "wrapped@cpu.json").read_text())
+        assert code == 0, (stderr, record.get("failure"))
+        assert record["status"] == "ok"
+        assert record["harness"]["forked"] is (fork == "1")  # the record says how it started

@@ -137,9 +137,12 @@ def _note(log_path: Path, message: str) -> None:
 class ForkServer:
     """A Launcher that forks workers from a server started lazily under interpreter.
 
-    env is the server's environment (the workers' environment, PYTHONPATH included); requests
-    whose import-time variables differ from it start plainly. log_path receives the server's own
-    stderr. One worker at a time; close() (or leaving a with block) ends the server.
+    env is the environment the server is started with (the workers' environment, PYTHONPATH
+    included); a request sends what its environment changes against it, and the server applies
+    that to its own start-up environment, so what the side's interpreter adds (a wrapper's
+    exports) reaches every worker. Requests whose import-time variables differ start plainly.
+    log_path receives the server's own stderr. One worker at a time; close() (or leaving a with
+    block) ends the server.
     """
 
     def __init__(
@@ -168,7 +171,13 @@ class ForkServer:
         if rest is None or import_time_env(request_env) != self._frozen:
             return run_process(step)
         cwd = None if step.cwd is None else str(step.cwd)
-        request = Request(rest, str(step.log_path), request_env, cwd, step.memory_limit_bytes)
+        # Only what differs from the environment the server was started with: the server's own
+        # start (the side's interpreter's, a wrapper's exports included) is the rest.
+        changed = {k: v for k, v in request_env.items() if self.env.get(k) != v}
+        unset = tuple(k for k in self.env if k not in request_env)
+        request = Request(
+            rest, str(step.log_path), changed, cwd, step.memory_limit_bytes, unset=unset
+        )
         with self._lock:
             return self._fork(request, step.log_path, step.timeout_s)
 

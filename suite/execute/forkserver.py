@@ -7,11 +7,18 @@ crash, hang or OOM ends it alone, and it holds no torch state that another worke
 
 Protocol, one JSON object per line; one request at a time, EOF on stdin ends the server:
   server -> parent, once:  {"ready": true, "pid": P, "torch": V, "python": V, "threads": N}
-  parent -> server:        {"argv": [...], "env": {...}, "log": PATH, "cwd": PATH | null,
-                            "memory_limit_bytes": N | null}       (argv after "-m suite.worker")
+  parent -> server:        {"argv": [...], "env": {...}, "unset": [...], "log": PATH,
+                            "cwd": PATH | null, "memory_limit_bytes": N | null}
+                            (argv after "-m suite.worker"; env and unset: what the parent adds,
+                            changes or removes for this worker, against the server's start)
   server -> parent:        {"pid": C}                              right after the fork
   server -> parent:        {"pid": C, "status": RAW, "maxrss_bytes": B}   once wait4() reaps C
   or, in place of either:  {"error": MESSAGE}                      no worker was started
+
+A worker's environment is the server's own start-up environment — what the side's interpreter gave
+it, a wrapper script's exports included — with only the parent's own changes for the worker
+applied on top, as a plainly started worker would see: the parent's environment passes through
+the same interpreter, which adds its exports last.
 
 Shared with every worker, copy-on-write: the loaded modules and libraries, and what those read
 from the environment while loading (IMPORT_TIME_PREFIXES). Not shared: the server runs no torch
@@ -85,6 +92,8 @@ PRELOAD = (
     "torch.optim",
     "torch._dynamo",
 )
+# The environment the side's interpreter started the server with, before anything changed it.
+START_ENV: dict[str, str] = dict(os.environ)
 # ru_maxrss is in KiB on Linux and in bytes on macOS.
 RSS_UNIT = 1 if sys.platform == "darwin" else 1024
 
@@ -105,14 +114,16 @@ class Request:
 
     argv: tuple[str, ...]
     log: str
-    env: Mapping[str, str] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict)  # set or changed against the start
     cwd: str | None = None
     memory_limit_bytes: int | None = None
+    unset: tuple[str, ...] = ()  # removed against the start
 
     def to_line(self) -> bytes:
         doc = {
             "argv": list(self.argv),
             "env": dict(self.env),
+            "unset": list(self.unset),
             "log": self.log,
             "cwd": self.cwd,
             "memory_limit_bytes": self.memory_limit_bytes,
@@ -135,7 +146,10 @@ class Request:
             raise ValueError("'log' must be a path and 'cwd' a path or null")
         if not (limit is None or (isinstance(limit, int) and limit > 0)):
             raise ValueError("'memory_limit_bytes' must be a positive integer or null")
-        return cls(tuple(argv), log, env, cwd, limit)
+        unset = doc.get("unset", [])
+        if not (isinstance(unset, list) and all(isinstance(u, str) for u in unset)):
+            raise ValueError("'unset' must be a list of names")
+        return cls(tuple(argv), log, env, cwd, limit, tuple(unset))
 
 
 def _send(fd: int, doc: Mapping[str, Any]) -> None:
@@ -193,9 +207,13 @@ def _redirect(log: str) -> None:
 def _run_worker(request: Request) -> int:
     from suite.worker import cell as worker
 
-    # The whole environment, so that C code calling getenv() sees the request's values too.
+    # The whole environment, so that C code calling getenv() sees the request's values too: the
+    # server's start-up environment (the side's interpreter's) and the parent's changes.
+    env = {**START_ENV, **request.env}
+    for name in request.unset:
+        env.pop(name, None)
     os.environ.clear()
-    os.environ.update(request.env)
+    os.environ.update(env)
     os.environ[FORKED_VAR] = "1"  # the worker's record says how it was started
     if request.cwd is not None:
         os.chdir(request.cwd)
