@@ -8,6 +8,7 @@ row or a section: on a CPU runner they are most of the matrix and would bury the
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -213,7 +214,7 @@ def _gate_line(gate: dict[str, Any]) -> str:
     return _table_line(md(text) for text in texts)
 
 
-def _section(cell: dict[str, Any]) -> str:
+def _section(cell: dict[str, Any], run_url: str | None = None) -> str:
     # <summary> sits in a raw HTML block, where only HTML escaping works.
     summary = f"{html_text(cell['cell_id'])} — {html_text(_verdict_summary(cell))}"
     status = (
@@ -227,7 +228,7 @@ def _section(cell: dict[str, Any]) -> str:
     ]
     # The blank line after <summary> ends the HTML block, so what follows is Markdown.
     parts = [f"<details><summary>{summary}</summary>", status, "\n".join(table)]
-    parts += _repro_parts(cell.get("repro") or {})
+    parts += _repro_parts(cell.get("repro") or {}, run_url)
     artifacts = cell.get("artifacts") or {}
     if artifacts:
         listing = [f"- {md(name)}: {md(path)}" for name, path in sorted(artifacts.items())]
@@ -236,7 +237,17 @@ def _section(cell: dict[str, Any]) -> str:
     return "\n\n".join(parts)
 
 
-def _repro_parts(repro: dict[str, Any]) -> list[str]:
+_RUN_URL = re.compile(r"^https?://[^/]+/([^/]+/[^/]+)/actions/runs/([0-9]+)")
+
+
+def _fetch_line(root: str, run_url: str | None) -> str:
+    """The `gh` line that downloads a job's results artifact: of this run, when its URL says."""
+    found = _RUN_URL.match(run_url or "")
+    run = f"{found[2]} -R {found[1]}" if found else "RUN_ID"
+    return f"gh run download {run} -n {root} -D {root} && cd {root}"
+
+
+def _repro_parts(repro: dict[str, Any], run_url: str | None = None) -> list[str]:
     """How to reproduce a failing cell: the `docker build` lines of images in no registry, the
     candidate's `docker run` line (a status or correctness failure), the `ab` line of both sides
     (a timing or memory regression), else the line for the side's interpreter."""
@@ -257,7 +268,7 @@ def _repro_parts(repro: dict[str, Any]) -> list[str]:
     if repro.get("command") and not repro.get("docker"):
         parts += ["Reproduce:", code_block(repro["command"], "sh")]
     if root and (repro.get("docker") or repro.get("ab")):
-        fetch = code_span(f"gh run download RUN_ID -n {root} -D {root} && cd {root}")
+        fetch = code_span(_fetch_line(root, run_url))
         parts.append(
             f"_In CI, {code_span(root)} is the job's results artifact: {fetch} (README, "
             "Reproducing a cell)._"
@@ -348,7 +359,7 @@ def _fit(
         head=_head(decision),
         tables=_lane_tables(decision),
         absent=None if absent is None else md(absent, None),
-        sections=[_section(cell) for cell in _attention_cells(decision)],
+        sections=[_section(cell, full_report_url) for cell in _attention_cells(decision)],
         undecided=_undecided_block(decision),
     )
     rows, sections = parts.row_count, len(parts.sections)
