@@ -13,10 +13,11 @@
 set -euo pipefail
 
 suite="${SUITE:-bookworm}"
-# What the image holds besides minbase: Python with venv and pip, and the C/C++ toolchain with
+# What the image holds besides minbase: Python with venv and pip, the C/C++ toolchain with
 # Python's headers that torch.compile (Inductor's C++ kernels, AOTInductor) and Triton's launcher
-# compile with. The tag names this list, so an image made from another list is never reused.
-packages="python3,python3-venv,python3-pip,python3-dev,g++,ca-certificates"
+# compile with, and Valgrind, which the instructions gate counts with. The tag names this list,
+# so an image made from another list is never reused.
+packages="python3,python3-venv,python3-pip,python3-dev,g++,valgrind,ca-certificates"
 tag="torch-matrix/${suite}-base:$(date -u +%Y%m%d)-$(printf '%s' "$packages" | sha256sum | cut -c1-8)"
 force=0
 while [ $# -gt 0 ]; do

@@ -53,6 +53,11 @@ class Progress:
         # Per cell done so far, skipped ones included: the rest will skip at the same rate.
         return remaining * self.executed_s / self.done_count
 
+    def note(self, text: str) -> None:
+        """A line about work outside the cell count (the counting processes of an A/B)."""
+        elapsed = _clock_text(self.clock() - self.start)
+        self._write(f"{chr(13) + chr(27) + '[2K' if self.tty else ''}{text}  elapsed {elapsed}\n")
+
     def starting(self, cell_id: str) -> None:
         if self.tty:
             self._write(f"\r\x1b[2K[{self.done_count + 1}/{self.total}] running {cell_id} …")

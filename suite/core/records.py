@@ -146,11 +146,15 @@ class Gate(TypedDict, total=False):
     needed_rounds: int | None
     undecided: Undecided | None
     decision: Decision
+    moved: list[dict[str, Any]]  # the instructions gate: functions whose counts moved most
 
 
-class Repro(TypedDict):
+class Repro(TypedDict, total=False):
     command: str
     docker: str | None
+    ab: str  # the paired comparison again (a timing or memory regression)
+    build: dict[str, str]  # role -> the lines that build an image no registry holds
+    root: str | None  # the results folder the lines are pasted in
 
 
 class Cell(TypedDict):

@@ -20,6 +20,8 @@ STDERR_TAIL_CHARS = 4000
 # A run's copies of the files it read (matrix, plugins, policy), by their absolute paths: the
 # run directory alone then holds what its reproduce lines name.
 INPUTS_DIR = "inputs"
+# Records of the counting processes of the instructions gate (suite/execute/counting.py).
+COUNTS_DIR = "counts"
 
 
 def utc_now() -> str:

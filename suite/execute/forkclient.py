@@ -152,8 +152,12 @@ class ForkServer:
         log_path: Path,
         *,
         ready_timeout_s: float = READY_TIMEOUT_S,
+        prefix: Sequence[str] = (),
     ) -> None:
         self.interpreter = interpreter
+        # What the server runs under (valgrind, for the counting processes): its forked
+        # workers stay under it.
+        self.prefix = tuple(prefix)
         self.env = dict(env)
         self.log_path = log_path
         self.ready_timeout_s = ready_timeout_s
@@ -226,6 +230,7 @@ class ForkServer:
                 timed_out=timed_out,
                 wall_s=wall,
                 maxrss_bytes=int(done["maxrss_bytes"]),
+                pid=pid,
             )
         except (_ServerLost, OSError, KeyError, TypeError, ValueError) as exc:
             self._lose(pid)
@@ -260,7 +265,7 @@ class ForkServer:
         if self._server is not None:
             self._lose(None)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        argv = [self.interpreter, "-m", "suite.execute.forkserver"]
+        argv = [*self.prefix, self.interpreter, "-m", "suite.execute.forkserver"]
         try:
             with open(self.log_path, "ab") as log:
                 proc = subprocess.Popen(

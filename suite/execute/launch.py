@@ -50,6 +50,7 @@ class Outcome:
     timed_out: bool
     wall_s: float
     maxrss_bytes: int | None
+    pid: int | None = None  # the worker's, where a launcher knows it (a fork server's child)
 
 
 def signal_name(returncode: int) -> str | None:

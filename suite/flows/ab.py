@@ -20,9 +20,10 @@ from suite.core.errors import InputError
 from suite.core.matrix import Matrix
 from suite.core.progress import Progress
 from suite.core.records import Cell
-from suite.core.results import read_run, record_wall_s
+from suite.core.results import read_result, read_run, record_wall_s
 from suite.core.secrets import redact_text
 from suite.core.spec import CellSpec
+from suite.execute.counting import Counter, count_file, countable
 from suite.execute.environment import RunOptions
 from suite.execute.runner import Run
 from suite.execute.sides import Side
@@ -30,6 +31,7 @@ from suite.flows.compare import Side as Loaded
 from suite.flows.compare import decide, differences
 from suite.flows.rollback import run_checks
 from suite.judge.gates import side_status, timing_verdict
+from suite.judge.instructions import REPLICATES
 from suite.judge.policy import Policy
 from suite.judge.registry import PERFORMANCE_GATES
 from suite.judge.rollback import judge_rollback
@@ -274,6 +276,8 @@ def run_ab(
     for run in runs.values():
         run.doc["ab"]["design"] = final.as_dict()
         run.finish()
+    if "instructions" in policy.gates:
+        count_cells(cells, runs, {"baseline": baseline, "candidate": candidate}, options.progress)
     checks: list[Cell] = []
     rollback: dict[str, Any] | None = None
     if options.rollback and "rollback" in policy.gates:
@@ -305,6 +309,51 @@ def run_ab(
                 rollback=rollback,
             )
     return decision
+
+
+def count_cells(
+    cells: Sequence[CellSpec],
+    runs: dict[str, Run],
+    sides: dict[str, Side],
+    progress: Progress | None,
+) -> None:
+    """The counting processes of the instructions gate, for every countable cell that ran ok
+    on both sides: REPLICATES per side, in the order baseline, candidate, candidate, baseline,
+    so that neither side always counts first. A record already counted (a resumed A/B) stays."""
+    order = [("baseline", 0), ("candidate", 0), ("candidate", 1), ("baseline", 1)]
+    counters = {
+        role: Counter(
+            run.dir,
+            run.options.interpreter,
+            run.worker_env,
+            run.options.launcher,
+            in_container=sides[role].kind == "docker",
+        )
+        for role, run in runs.items()
+    }
+    try:
+        for spec in cells:
+            ran = [run.records(spec)[:1] for run in runs.values()]
+            if not countable(spec) or not all(r and r[0]["status"] == "ok" for r in ran):
+                continue
+            for role, replicate in order[: 2 * REPLICATES]:
+                run = runs[role]
+                if _counted(count_file(run.dir, spec, replicate), spec):
+                    continue
+                if progress is not None:
+                    progress.note(f"counting {spec.cell_id} [{role} c{replicate}] under callgrind")
+                counters[role].count(spec, run.run_id, replicate)
+    finally:
+        for counter in counters.values():
+            counter.close()
+
+
+def _counted(path: Path, spec: CellSpec) -> bool:
+    try:
+        doc = read_result(path)
+    except (InputError, OSError):
+        return False
+    return bool(doc["spec_hash"] == spec.spec_hash and doc["status"] == "ok")
 
 
 def _trace_failures(

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
 from suite.core.errors import InputError
 from suite.core.records import Cell
-from suite.core.results import read_run_dir, utc_now
+from suite.core.results import COUNTS_DIR, read_result, read_run_dir, utc_now
 from suite.core.validation import validate
 from suite.flows.repro import repro_record
 from suite.judge.policy import Policy
@@ -38,6 +38,7 @@ class Side:
     dir: Path
     run: dict[str, Any]
     results: dict[str, list[dict[str, Any]]]  # cell id -> records by round
+    counts: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # counting processes
 
     @classmethod
     def load(cls, run_dir: Path, label: str | None = None) -> Side:
@@ -46,8 +47,14 @@ class Side:
         for record in sorted(records, key=lambda r: r["round"]):
             record["_run_dir"] = str(run_dir)  # drift reads the saved tensors beside the record
             by_cell[record["cell_id"]].append(record)
+        counts: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for path in sorted((run_dir / COUNTS_DIR).glob("*~c[0-9]*.json")):
+            record = read_result(path)
+            record["_run_dir"] = str(run_dir)  # the per-function totals lie beside the record
+            counts[record["cell_id"]].append(record)
         torch = run["environment"]["torch"]["version"]
-        return cls(label or run.get("label") or f"torch {torch}", run_dir, run, dict(by_cell))
+        label = label or run.get("label") or f"torch {torch}"
+        return cls(label, run_dir, run, dict(by_cell), dict(counts))
 
     def evidence(self) -> dict[str, Any]:
         env = self.run["environment"]
@@ -145,7 +152,8 @@ def decide(
     for cell_id in ids:
         b, c = base.results.get(cell_id, []), cand.results.get(cell_id, [])
         spec = (c or b)[0]["spec"]
-        gates = evaluate_cell(policy, b, c, comparable, design)
+        counts = (base.counts.get(cell_id, []), cand.counts.get(cell_id, []))
+        gates = evaluate_cell(policy, b, c, comparable, design, counts)
         failing = {g["gate"] for g in gates if g["verdict"] in ("fail", "new-failure")}
         cells.append(
             {

@@ -105,6 +105,7 @@ GATE_NEEDS: dict[str, tuple[str, ...]] = {
     "determinism": (),
     "drift": (),
     "rollback": (),
+    "instructions": ("threshold",),
 }
 
 

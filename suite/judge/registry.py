@@ -16,6 +16,7 @@ from suite.judge.gates import (
     status_gate,
     timing_gate,
 )
+from suite.judge.instructions import instructions_gate
 from suite.judge.metric_gates import METRIC_GATES
 from suite.judge.policy import Gate, Policy
 from suite.judge.sequential import TIMING_GATES, Design
@@ -31,6 +32,8 @@ class Inputs:
     comparable: bool
     design: Design
     status: GateRecord | None = field(default=None)  # the status verdict, once judged
+    base_counts: Sequence[Record] = ()  # counting processes (suite/execute/counting.py)
+    cand_counts: Sequence[Record] = ()
 
     def status_of(self, gate: Gate) -> GateRecord:
         """The cell's status verdict; correctness needs it even where the policy has no status
@@ -73,6 +76,7 @@ REGISTRY: dict[str, GateFn] = {
     **{name: _metric(name) for name in METRIC_GATES},
     # The rollback gate is not judged per cell: suite/flows/rollback.py adds its own cells.
     "rollback": lambda gate, i: None,
+    "instructions": lambda gate, i: instructions_gate(gate, i.base_counts, i.cand_counts),
 }
 
 
@@ -82,9 +86,11 @@ def evaluate_cell(
     cand: Sequence[Record],
     comparable: bool,
     design: Design | None = None,
+    counts: tuple[Sequence[Record], Sequence[Record]] = ((), ()),
 ) -> list[GateRecord]:
-    """Every gate the policy names that applies to this cell, in the policy's order."""
-    inputs = Inputs(base, cand, comparable, design or policy.design)
+    """Every gate the policy names that applies to this cell, in the policy's order; counts are
+    the two sides' counting processes, for the instructions gate."""
+    inputs = Inputs(base, cand, comparable, design or policy.design, None, *counts)
     out = []
     for gate in policy.gates.values():
         result = REGISTRY[gate.name](gate, inputs)

@@ -228,6 +228,7 @@ def _section(cell: dict[str, Any], run_url: str | None = None) -> str:
     ]
     # The blank line after <summary> ends the HTML block, so what follows is Markdown.
     parts = [f"<details><summary>{summary}</summary>", status, "\n".join(table)]
+    parts += _moved_parts(cell)
     parts += _repro_parts(cell.get("repro") or {}, run_url)
     artifacts = cell.get("artifacts") or {}
     if artifacts:
@@ -235,6 +236,33 @@ def _section(cell: dict[str, Any], run_url: str | None = None) -> str:
         parts += ["Artifacts:", "\n".join(listing)]
     parts.append("</details>")
     return "\n\n".join(parts)
+
+
+def _moved_parts(cell: dict[str, Any]) -> list[str]:
+    """The functions whose instructions per step moved most, for an instructions gate that
+    failed or improved: why it is slower, not only that it is."""
+    parts = []
+    for gate in cell["gates"]:
+        moved = gate.get("moved") or []
+        if not moved:
+            continue
+        rows = [
+            _table_line(["Function", "Baseline", "Candidate", "Change"]),
+            _table_line(["---"] * 4),
+            *(
+                _table_line(
+                    [
+                        md(m["function"], 160),
+                        f"{m['baseline']:,.0f}",
+                        f"{m['candidate']:,.0f}",
+                        f"{m['change']:+,.0f}",
+                    ]
+                )
+                for m in moved
+            ),
+        ]
+        parts += [f"What moved ({md(gate['gate'])}, per step):", "\n".join(rows)]
+    return parts
 
 
 _RUN_URL = re.compile(r"^https?://[^/]+/([^/]+/[^/]+)/actions/runs/([0-9]+)")

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from suite.core import accuracy, stats
 from suite.core.spec import CellSpec
 from suite.worker.backends import Backend, MemoryTracker
+from suite.worker.counting import count_steps, steps_to_count
 from suite.worker.measure import (
     BUDGETS,
     FLOOR_SAMPLES,
@@ -46,6 +47,7 @@ class WorkerContext(CellContext):
             torch.cuda.set_device(self.device)
         self.rank_metrics: dict[str, dict[str, Any]] = {}
         self.timing: Timing | None = None
+        self.counted: dict[str, Any] | None = None  # a counting worker's steps (counting.py)
         self.step: Callable[[], Any] | None = None
         self.tracker: MemoryTracker | None = None
         self.items_per_iter: float | None = None
@@ -76,8 +78,16 @@ class WorkerContext(CellContext):
         unit: str | None = None,
         compiled: bool = False,
     ) -> None:
-        if self.timing is not None:
+        if self.timing is not None or self.counted is not None:
             raise RuntimeError("ctx.measure() may be called once per cell")
+        steps = steps_to_count()
+        if steps is not None:
+            # A counting worker counts the step and nothing else: no clock, no memory pass.
+            self.counted = count_steps(fn, self.backend.sync, steps)
+            self.items_per_iter = float(items_per_iter)
+            self.unit = unit
+            self.step = fn
+            return
         self.tracker = self.backend.memory_tracker()
         budget = BUDGETS[self.profile]
         if self.world_size > 1:
@@ -229,6 +239,8 @@ def fill_measurements(doc: dict[str, Any], ctx: WorkerContext) -> None:
             }
     if ctx.tracker is not None and ctx.tracker.baseline_bytes is not None:
         doc["memory"] = ctx.tracker.as_dict()
+    if ctx.counted is not None:
+        doc["instructions"] = ctx.counted
     doc["correctness"] = _correctness(ctx.checks)
     doc["metrics"] = ctx.metrics
     doc["warnings"] = ctx.warnings

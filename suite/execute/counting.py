@@ -1,0 +1,199 @@
+"""Counting cells in instructions: each counting process is the cell's worker under Valgrind's
+callgrind, collection off until the worker's counted steps (suite/worker/counting.py), on one
+thread, with a fixed hash seed. It writes a result record under RUN/counts/ with what callgrind
+counted and the per-function totals (callgrind_annotate), which the instructions gate judges
+(suite/judge/instructions.py).
+
+Counting applies to CPU cells of one rank that compile nothing: a GPU's work is not the host's
+instructions, and compiling under Valgrind costs minutes a cell. Where Valgrind is missing the
+counting record says so, and the gate is untested with the install hint, never a pass.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from suite.core.results import COUNTS_DIR, failure_result, read_result, utc_now, write_result
+from suite.core.spec import CellSpec
+from suite.execute.cell import worker_argv
+from suite.execute.forkclient import ForkServer
+from suite.execute.launch import Launcher, Step, read_tail, run_process
+from suite.worker.counting import COUNT_VAR
+
+COUNT_STEPS = 10
+# Per-function totals beside a count: "instructions<TAB>function" lines, largest first.
+FUNCTIONS_SUFFIX = ".functions.tsv"
+COUNT_TIMEOUT_S = 1800.0
+INSTALL_HINT = "install Valgrind (apt-get install valgrind; brew has none for Apple Silicon)"
+# Settled before the interpreter starts, the same on both sides: one thread (callgrind serializes
+# threads, and a second one's spin-waits would be counted), a fixed hash seed.
+COUNT_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
+COMPILING = frozenset({"compile", "export"})
+_TOTALS = re.compile(rb"^(?:summary|totals):\s*(\d+)", re.MULTILINE)
+_ANNOTATED = re.compile(r"^\s*([\d,]+)\s+(?:\([^)]*\)\s+)?(.+?)\s*$")
+# callgrind_annotate writes file:function; the file (a source path, or ??? when unknown) goes,
+# and C++'s :: stays.
+_SOURCE = re.compile(r"^(?:\?\?\?|[^:\s]*[/.][^:\s]*):(?!:)")
+
+
+def countable(spec: CellSpec) -> bool:
+    """Whether the instructions gate applies: one CPU rank, no compilation."""
+    compiled = spec.workload in COMPILING or "compiled" in (str(v) for _, v in spec.params)
+    return spec.backend == "cpu" and spec.ranks <= 1 and not compiled
+
+
+def count_file(run_dir: Path, spec: CellSpec, replicate: int) -> Path:
+    return run_dir / COUNTS_DIR / f"{spec.cell_id}~c{replicate}.json"
+
+
+def valgrind() -> str | None:
+    return shutil.which("valgrind")
+
+
+# Children traced: a side's interpreter may be a wrapper script that execs Python; compilers a
+# cell starts are not (their instructions are not the step's, and they would take minutes).
+CALLGRIND = (
+    "valgrind", "--tool=callgrind", "--collect-atstart=no", "--dump-instr=no",
+    "--trace-children=yes",
+    "--trace-children-skip=*/cc,*/gcc*,*/g++*,*/c++,*/cc1,*/cc1plus,*/as,*/ld,*/collect2,*/ld.*",
+)  # fmt: skip
+
+
+class Counter:
+    """The counting processes of one side. A local side's are forked from a fork server that
+    runs under callgrind (collection off), so `import torch` under Valgrind is paid once a side,
+    not once a count; each forked worker counts its own steps into callgrind.out.<its pid>, and
+    starts from the same server state, so a count does not depend on which cells ran before.
+    A docker: side's run as one container each, Valgrind inside the image."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        interpreter: str,
+        env: dict[str, str],
+        launcher: Launcher = run_process,
+        *,
+        in_container: bool = False,
+    ) -> None:
+        self.run_dir = run_dir
+        self.interpreter = interpreter
+        self.env = {**env, **COUNT_ENV, COUNT_VAR: str(COUNT_STEPS)}
+        self.launcher = launcher
+        self.in_container = in_container
+        self.profiles = run_dir / COUNTS_DIR / ".callgrind"
+        self._server: ForkServer | None = None
+
+    def _fork_server(self) -> ForkServer:
+        if self._server is None:
+            self.profiles.mkdir(parents=True, exist_ok=True)
+            self._server = ForkServer(
+                self.interpreter,
+                self.env,
+                self.run_dir / "logs" / "counting-forkserver.log",
+                ready_timeout_s=COUNT_TIMEOUT_S,
+                prefix=(*CALLGRIND, f"--callgrind-out-file={self.profiles}/callgrind.out.%p"),
+            )
+        return self._server
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        shutil.rmtree(self.profiles, ignore_errors=True)
+
+    def count(self, spec: CellSpec, run_id: str, replicate: int) -> dict[str, Any]:
+        """One counting process of the cell; its record, written under RUN/counts/."""
+        path = count_file(self.run_dir, spec, replicate)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.unlink(missing_ok=True)
+        profile = path.with_suffix(".callgrind")
+        log = self.run_dir / "logs" / f"{path.stem}.log"
+        started = utc_now()
+        if not self.in_container and valgrind() is None:
+            message = f"Valgrind is not here: {INSTALL_HINT}"
+            return _failed(spec, run_id, replicate, path, started, message)
+        argv = worker_argv(self.interpreter, spec, path, run_id, replicate)
+        cache = self.run_dir / ".inductor-cache" / path.stem
+        env = {**self.env, "TORCHINDUCTOR_CACHE_DIR": str(cache)}
+        try:
+            if self.in_container:
+                argv = [*CALLGRIND, f"--callgrind-out-file={profile}", *argv]
+                outcome = self.launcher(Step(argv, log, COUNT_TIMEOUT_S, env=env))
+            else:
+                outcome = self._fork_server()(Step(argv, log, COUNT_TIMEOUT_S, env=env))
+                forked = self.profiles / f"callgrind.out.{outcome.pid}"
+                if outcome.pid is not None and forked.is_file():
+                    forked.replace(profile)
+        finally:
+            shutil.rmtree(cache, ignore_errors=True)
+        if outcome.timed_out or not path.is_file():
+            why = "ran past its time limit" if outcome.timed_out else "wrote no record"
+            message = f"the counting process {why}: {read_tail(log, 800)}"
+            return _failed(spec, run_id, replicate, path, started, message)
+        doc = read_result(path)
+        if doc.get("status") == "ok" and doc.get("instructions"):
+            _add_counts(doc, profile, self.run_dir)
+            write_result(path, doc)
+        return doc
+
+
+def _add_counts(doc: dict[str, Any], profile: Path, run_dir: Path) -> None:
+    counted = doc["instructions"]
+    try:
+        raw = profile.read_bytes()
+    except OSError:
+        counted.update(total=None, per_step=None, profile=None, functions=None)
+        return
+    found = _TOTALS.search(raw)
+    total = int(found[1]) if found else None
+    functions = per_function(profile)
+    listing = profile.with_suffix(FUNCTIONS_SUFFIX)
+    listing.write_text(
+        "".join(f"{total}\t{name}\n" for name, total in functions.items()), encoding="utf-8"
+    )
+    counted.update(
+        total=total,
+        per_step=total / counted["steps"] if total else None,
+        profile=str(profile.relative_to(run_dir)),
+        functions=str(listing.relative_to(run_dir)),
+    )
+
+
+def per_function(profile: Path, limit: int = 400) -> dict[str, int]:
+    """Instructions per function (self cost, demangled) as callgrind_annotate totals them; the
+    largest `limit` of them."""
+    annotate = shutil.which("callgrind_annotate")
+    if annotate is None:
+        return {}
+    proc = subprocess.run(
+        [annotate, "--inclusive=no", "--threshold=100", str(profile)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    totals: dict[str, int] = {}
+    listing = proc.stdout.split("file:function", 1)[-1]
+    for line in listing.splitlines():
+        found = _ANNOTATED.match(line)
+        if not found or "PROGRAM TOTALS" in line:
+            continue
+        name = re.sub(r"\s+\[[^\]]*\]$", "", found[2])  # drop the object file
+        name = _SOURCE.sub("", name, count=1)
+        totals[name] = totals.get(name, 0) + int(found[1].replace(",", ""))
+        if len(totals) >= limit:
+            break
+    return totals
+
+
+def _failed(
+    spec: CellSpec, run_id: str, replicate: int, path: Path, started: str, message: str
+) -> dict[str, Any]:
+    doc = failure_result(
+        spec, run_id, replicate, status="skipped" if "Valgrind" in message else "failed",
+        mode="unavailable" if "Valgrind" in message else "exception",
+        message=message, started_at=started, wall_s=0.0,
+    )  # fmt: skip
+    write_result(path, doc)
+    return doc

@@ -1,0 +1,139 @@
+"""The instructions gate: a CPU cell's step counted in instructions under callgrind, a deterministic
+measure beside wall time (suite/worker/counting.py counts, suite/execute/counting.py starts).
+
+Each side counts the step in REPLICATES fresh processes. A count is reproducible when a side's
+replicates lie within REPLICATE_SPREAD of each other (max - min over the median); then the
+change is the ratio of the two sides' medians, and it is a fail beyond the policy's threshold,
+an improvement below minus it, else a pass. A count that does not reproduce is inconclusive
+("count not reproducible"), never a pass; a side that could not count (no Valgrind, a cell
+that failed under it) leaves the gate untested with the reason. On a fail or an improvement the
+gate names the functions whose counts moved most (what_moved), so an operator reads why.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from suite.core.records import Gate as GateRecord
+from suite.core.records import Verdict
+from suite.judge.policy import Gate
+from suite.judge.verdicts import gate_result
+
+Record = dict[str, Any]
+REPLICATES = 2
+# Two fresh processes of one build count the same step within a few hundredths of a percent on
+# this machine (0.0009% SDPA, 0.028% MLP train step, 0.025% conv stack); 0.5% leaves room and
+# stays far below any threshold worth setting.
+REPLICATE_SPREAD = 0.005
+MOVED_SHOWN = 10
+LABEL = "instructions, callgrind"
+
+
+def per_step(records: Sequence[Record]) -> list[float]:
+    """The instructions per step of each counted process that counted."""
+    out = []
+    for record in records:
+        counted = record.get("instructions") or {}
+        if record.get("status") == "ok" and counted.get("per_step"):
+            out.append(float(counted["per_step"]))
+    return out
+
+
+def spread(values: Sequence[float]) -> float:
+    """(max - min) / median: how far a side's replicates lie apart."""
+    return (max(values) - min(values)) / statistics.median(values)
+
+
+def _why_missing(records: Sequence[Record], side: str) -> str:
+    for record in records:
+        failure = record.get("failure") or {}
+        if record.get("status") != "ok" and failure.get("message"):
+            return f"the {side} could not count: {str(failure['message']).splitlines()[0][:300]}"
+    counted = len(per_step(records))
+    return f"the {side} counted in {counted} of the {REPLICATES} processes the gate needs"
+
+
+def _label(records: Sequence[Record]) -> str:
+    first = next((r.get("instructions") or {} for r in records if r.get("instructions")), {})
+    capability = first.get("capability")
+    threads = first.get("threads")
+    parts = [LABEL, f"{capability} path" if capability else None, f"{threads} thread"]
+    return ", ".join(p for p in parts if p and not p.startswith("None"))
+
+
+def instructions_gate(
+    gate: Gate, base: Sequence[Record], cand: Sequence[Record]
+) -> GateRecord | None:
+    """The verdict from both sides' counting processes; None for a cell nobody counted (a GPU
+    cell, a compiled one, a cell of several ranks: the gate does not apply)."""
+    if not base and not cand:
+        return None
+    b, c = per_step(base), per_step(cand)
+    for values, records, side in ((b, base, "baseline"), (c, cand, "candidate")):
+        if len(values) < REPLICATES:
+            return gate_result(gate, "untested", _why_missing(records, side), unit="instructions")
+    numbers: dict[str, Any] = {
+        "unit": "instructions",
+        "baseline": statistics.median(b),
+        "candidate": statistics.median(c),
+    }
+    caps = {(r.get("instructions") or {}).get("capability") for r in [*base, *cand]}
+    if len(caps) > 1:
+        message = f"the sides counted different kernels ({', '.join(sorted(map(str, caps)))})"
+        return gate_result(gate, "not-comparable", message, **numbers)
+    worst = max(spread(b), spread(c))
+    numbers["spread"] = worst
+    change = numbers["candidate"] / numbers["baseline"] - 1.0
+    numbers["change"] = change
+    label = _label([*base, *cand])
+    if worst > REPLICATE_SPREAD:
+        return gate_result(
+            gate,
+            "inconclusive",
+            f"count not reproducible: replicates {worst:.3%} apart, over the "
+            f"{REPLICATE_SPREAD:.1%} a count must hold ({label})",
+            undecided="noise",
+            **numbers,
+        )
+    threshold = gate.threshold or 0.0
+    verdict: Verdict = (
+        "fail" if change > threshold else "improved" if change < -threshold else "pass"
+    )
+    message = f"{change:+.2%} instructions per step ({label})"
+    result = gate_result(gate, verdict, message, **numbers)
+    if verdict in ("fail", "improved"):
+        result["moved"] = what_moved(base, cand)
+    return result
+
+
+def _functions(records: Sequence[Record]) -> dict[str, int] | None:
+    """Per-function instruction totals of a side's first counting process that kept them."""
+    for record in records:
+        counted = record.get("instructions") or {}
+        file, run_dir = counted.get("functions"), record.get("_run_dir")
+        if file and run_dir:
+            try:
+                lines = Path(run_dir, file).read_text("utf-8").splitlines()
+                loaded = {n: int(t) for t, _, n in (line.partition("\t") for line in lines) if n}
+            except (OSError, ValueError):
+                continue
+            steps = float(counted.get("steps") or 1)
+            return {name: round(total / steps) for name, total in loaded.items()}
+    return None
+
+
+def what_moved(base: Sequence[Record], cand: Sequence[Record]) -> list[dict[str, Any]]:
+    """The functions whose instructions per step moved most between the sides, largest absolute
+    change first: name, baseline, candidate, change."""
+    b, c = _functions(base), _functions(cand)
+    if b is None or c is None:
+        return []
+    changes = {name: c.get(name, 0) - b.get(name, 0) for name in b.keys() | c.keys()}
+    largest = sorted((n for n, d in changes.items() if d), key=lambda n: (-abs(changes[n]), n))
+    return [
+        {"function": n, "baseline": b.get(n, 0), "candidate": c.get(n, 0), "change": changes[n]}
+        for n in largest[:MOVED_SHOWN]
+    ]
