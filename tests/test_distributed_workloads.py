@@ -15,7 +15,13 @@ import pytest
 
 from suite.core.results import read_result
 from suite.workloads import Skip
-from suite.workloads.collectives import OPS, agree_on_calls, bus_factor, load_torchcomms
+from suite.workloads.collectives import (
+    OPS,
+    TORCHCOMMS_API,
+    agree_on_calls,
+    bus_factor,
+    load_torchcomms,
+)
 from tests.helpers import cli
 
 pytestmark = pytest.mark.slow
@@ -122,19 +128,19 @@ def _fake_torchcomms(root: Path, body: str, monkeypatch: pytest.MonkeyPatch) -> 
     importlib.invalidate_caches()
 
 
-def test_torchcomms_pypi_placeholder_is_skipped(
+def test_torchcomms_pypi_name_only_release_is_skipped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # What the PyPI package 'torchcomms' 0.0.1 does on import.
     body = 'raise ImportError("torchcomms can\'t be installed via PyPi -- see README for more details")\n'
     _fake_torchcomms(tmp_path, body, monkeypatch)
-    with pytest.raises(Skip, match="PyPI placeholder: torchcomms can't be installed via PyPi"):
+    with pytest.raises(Skip, match="name-only release: torchcomms can't be installed via PyPi"):
         load_torchcomms()
 
 
 def test_torchcomms_without_api_is_skipped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _fake_torchcomms(tmp_path, "VERSION = '0'\n", monkeypatch)
-    with pytest.raises(Skip, match="PyPI placeholder: it has no new_comm, ReduceOp"):
+    with pytest.raises(Skip, match="name-only release: it has no " + ", ".join(TORCHCOMMS_API)):
         load_torchcomms()
 
 
