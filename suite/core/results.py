@@ -22,6 +22,8 @@ STDERR_TAIL_CHARS = 4000
 INPUTS_DIR = "inputs"
 # Records of the counting processes of the instructions gate (suite/execute/counting.py).
 COUNTS_DIR = "counts"
+# Records of rounds another process disturbed, set aside when the round ran again.
+DISTURBED_DIR = "disturbed"
 
 
 def utc_now() -> str:
@@ -65,6 +67,13 @@ def atomic_write_json(path: Path, doc: Any) -> None:
 def cell_file(run_dir: Path, cell_id: str, round_no: int = 0) -> Path:
     suffix = "" if round_no == 0 else f"~r{round_no}"
     return run_dir / "cells" / f"{cell_id}{suffix}.json"
+
+
+def disturbed(record: dict[str, Any]) -> bool:
+    """Whether another process competed for the worker's CPUs in the record's timed region
+    (suite/worker/measure.py); an unmeasured region is not disturbed."""
+    timing = record.get("timing") or {}
+    return bool((timing.get("disturbance") or {}).get("disturbed"))
 
 
 def record_wall_s(record: dict[str, Any]) -> float:

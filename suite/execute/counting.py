@@ -22,9 +22,9 @@ from suite.core.spec import CellSpec
 from suite.execute.cell import worker_argv
 from suite.execute.forkclient import ForkServer
 from suite.execute.launch import Launcher, Step, read_tail, run_process
-from suite.worker.counting import COUNT_VAR
+from suite.worker.counting import COUNT_VAR, late_instrumentation
 
-COUNT_STEPS = 10
+COUNT_STEPS = 1
 # Per-function totals beside a count: "instructions<TAB>function" lines, largest first.
 FUNCTIONS_SUFFIX = ".functions.tsv"
 COUNT_TIMEOUT_S = 1800.0
@@ -33,7 +33,9 @@ INSTALL_HINT = "install Valgrind (apt-get install valgrind; brew has none for Ap
 # threads, and a second one's spin-waits would be counted), a fixed hash seed.
 COUNT_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
 COMPILING = frozenset({"compile", "export"})
-_TOTALS = re.compile(rb"^(?:summary|totals):\s*(\d+)", re.MULTILINE)
+# With instrumentation started late, `summary:` reads 0 and `totals:` holds the count.
+_TOTALS = re.compile(rb"^totals:\s*(\d+)", re.MULTILINE)
+_SUMMARY = re.compile(rb"^summary:\s*(\d+)", re.MULTILINE)
 _ANNOTATED = re.compile(r"^\s*([\d,]+)\s+(?:\([^)]*\)\s+)?(.+?)\s*$")
 # callgrind_annotate writes file:function; the file (a source path, or ??? when unknown) goes,
 # and C++'s :: stays.
@@ -58,6 +60,7 @@ def valgrind() -> str | None:
 # cell starts are not (their instructions are not the step's, and they would take minutes).
 CALLGRIND = (
     "valgrind", "--tool=callgrind", "--collect-atstart=no", "--dump-instr=no",
+    *(("--instr-atstart=no",) if late_instrumentation() else ()),
     "--trace-children=yes",
     "--trace-children-skip=*/cc,*/gcc*,*/g++*,*/c++,*/cc1,*/cc1plus,*/as,*/ld,*/collect2,*/ld.*",
 )  # fmt: skip
@@ -148,7 +151,7 @@ def _add_counts(doc: dict[str, Any], profile: Path, run_dir: Path) -> None:
     except OSError:
         counted.update(total=None, per_step=None, profile=None, functions=None)
         return
-    found = _TOTALS.search(raw)
+    found = _TOTALS.search(raw) or _SUMMARY.search(raw)
     total = int(found[1]) if found else None
     functions = per_function(profile)
     listing = profile.with_suffix(FUNCTIONS_SUFFIX)

@@ -3,6 +3,7 @@ and keep run.json current so that a killed run can be resumed without losing or 
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import math
 import os
@@ -18,6 +19,7 @@ from suite.core.matrix import Matrix, expand
 from suite.core.progress import Progress
 from suite.core.records import FAILED_STATUSES
 from suite.core.results import (
+    DISTURBED_DIR,
     INPUTS_DIR,
     cell_file,
     failure_result,
@@ -193,6 +195,11 @@ class Run:
             if c.get("sha256")
         }
         self._records: dict[tuple[str, int], dict[str, Any]] = {}
+        # Rounds repeated because another process disturbed them: their records are kept
+        # under disturbed/ as evidence, and their time is charged like any round's.
+        self._aside_s = math.fsum(
+            record_wall_s(read_result(p)) for p in sorted(self.dir.glob(f"{DISTURBED_DIR}/*.json"))
+        )
         write_run(self.path, self.doc)
 
     def _input_files(self) -> list[Path]:
@@ -218,13 +225,37 @@ class Run:
         cell_file(self.dir, spec.cell_id, round_no).unlink(missing_ok=True)
         self._records.pop((spec.cell_id, round_no), None)
 
+    def set_aside(self, spec: CellSpec, round_no: int) -> Path:
+        """Move a disturbed round's record under disturbed/, so that the round runs again."""
+        path = cell_file(self.dir, spec.cell_id, round_no)
+        aside = self.dir / DISTURBED_DIR
+        aside.mkdir(exist_ok=True)
+        attempt = len(list(aside.glob(f"{glob.escape(path.stem)}.a*.json")))
+        target = aside / f"{path.stem}.a{attempt}.json"
+        path.replace(target)
+        doc = self._records.pop((spec.cell_id, round_no), None)
+        self._aside_s += record_wall_s(doc) if doc else 0.0
+        entry = self._entry(spec, round_no)
+        entry["disturbed"] = [*entry.get("disturbed", []), str(target.relative_to(self.dir))]
+        write_run(self.path, self.doc)
+        return target
+
+    def annotate(self, spec: CellSpec, round_no: int, **fields: Any) -> None:
+        """Add fields to a round's record (the repeats it took), keeping its digest current."""
+        path = cell_file(self.dir, spec.cell_id, round_no)
+        doc = self._records[(spec.cell_id, round_no)]
+        doc.update(fields)
+        write_result(path, doc)
+        self._entry(spec, round_no)["sha256"] = record_digest(path)
+        write_run(self.path, self.doc)
+
     def records(self, spec: CellSpec) -> list[dict[str, Any]]:
         """This run's records of the cell so far, in round order."""
         return [d for (cid, _), d in sorted(self._records.items()) if cid == spec.cell_id]
 
     def spent_s(self) -> float:
         """Worker wall time of the rounds so far, as the records state it."""
-        return math.fsum(record_wall_s(d) for d in self._records.values())
+        return math.fsum(record_wall_s(d) for d in self._records.values()) + self._aside_s
 
     def _entry(self, spec: CellSpec, round_no: int) -> dict[str, Any]:
         key = (spec.cell_id, round_no)

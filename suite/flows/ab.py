@@ -12,6 +12,7 @@ from __future__ import annotations
 import shlex
 import shutil
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from suite.core.errors import InputError
 from suite.core.matrix import Matrix
 from suite.core.progress import Progress
 from suite.core.records import Cell
-from suite.core.results import read_result, read_run, record_wall_s
+from suite.core.results import disturbed, read_result, read_run, record_wall_s
 from suite.core.secrets import redact_text
 from suite.core.spec import CellSpec
 from suite.execute.counting import Counter, count_file, countable
@@ -30,7 +31,7 @@ from suite.execute.sides import Side
 from suite.flows.compare import Side as Loaded
 from suite.flows.compare import decide, differences
 from suite.flows.rollback import run_checks
-from suite.judge.gates import side_status, timing_verdict
+from suite.judge.gates import paired_rounds, side_status, timing_verdict
 from suite.judge.instructions import REPLICATES
 from suite.judge.policy import Policy
 from suite.judge.registry import PERFORMANCE_GATES
@@ -122,6 +123,11 @@ def spent_s(runs: dict[str, Run]) -> float:
     return sum(run.spent_s() for run in runs.values())
 
 
+# How often one round runs again when another process disturbed it: a runner busy for longer
+# is busy, and its rounds are then left out of the timing gates, which say so.
+DISTURBED_REPEATS = 3
+
+
 class Rounds:
     """Interleaved paired rounds of every cell that still needs them, look by look."""
 
@@ -137,16 +143,33 @@ class Rounds:
 
     def pair(self, spec: CellSpec, round_no: int) -> None:
         """Both sides of one round of one cell; on resume a round is kept only when both
-        sides' records are whole, otherwise it is redone on both."""
+        sides' records are whole, otherwise it is redone on both. A round another process
+        disturbed on either side runs again on both, the order kept, up to DISTURBED_REPEATS
+        times; the kept records say how often."""
         order = ("baseline", "candidate") if round_no % 2 == 0 else ("candidate", "baseline")
         kept = {role: self.runs[role].reusable(spec, round_no) for role in order}
         if not all(kept.values()):
             for role in order:
                 self.runs[role].discard(spec, round_no)
-        for role in order:
-            doc, reused = self.runs[role].execute(spec, round_no)
+        repeats = 0
+        while True:
+            docs = {}
+            for role in order:
+                doc, reused = self.runs[role].execute(spec, round_no)
+                docs[role] = doc
+                if self.progress is not None:
+                    label = f"{spec.cell_id} [{role} r{round_no}{'+' * repeats}]"
+                    self.progress.finished(label, doc, reused=reused)
+            if not any(disturbed(d) for d in docs.values()) or repeats == DISTURBED_REPEATS:
+                break
             if self.progress is not None:
-                self.progress.finished(f"{spec.cell_id} [{role} r{round_no}]", doc, reused=reused)
+                self.progress.note(f"{spec.cell_id} r{round_no} disturbed by another process")
+            for role in order:
+                self.runs[role].set_aside(spec, round_no)
+            repeats += 1
+        if repeats:
+            for role in order:
+                self.runs[role].annotate(spec, round_no, disturbed_repeats=repeats)
         self.rounds_run[spec.cell_id] = round_no + 1
 
     def needs_more(self, spec: CellSpec) -> bool:
@@ -161,7 +184,9 @@ class Rounds:
             verdict = timing_verdict(gate, base, cand, self.design)
             if verdict is not None and verdict.outcome == "continue":
                 return True
-        return False
+        # No paired round yet because every one so far stayed disturbed: later ones may not be.
+        unpaired = not paired_rounds("latency_p50", base, cand)[2]
+        return unpaired and any(disturbed(r) for r in (*base, *cand))
 
     def round_cost_s(self, spec: CellSpec) -> float | None:
         """Mean wall time of one round of this cell (both sides), from its records so far."""
@@ -318,34 +343,39 @@ def count_cells(
     progress: Progress | None,
 ) -> None:
     """The counting processes of the instructions gate, for every countable cell that ran ok
-    on both sides: REPLICATES per side, in the order baseline, candidate, candidate, baseline,
-    so that neither side always counts first. A record already counted (a resumed A/B) stays."""
-    order = [("baseline", 0), ("candidate", 0), ("candidate", 1), ("baseline", 1)]
-    counters = {
-        role: Counter(
+    on both sides: REPLICATES per side. The two sides count at once, one thread each (a count
+    runs on one thread, and instructions do not depend on what else runs). A record already
+    counted (a resumed A/B) stays."""
+    todo = [
+        spec
+        for spec in cells
+        if countable(spec)
+        and all((r := run.records(spec)[:1]) and r[0]["status"] == "ok" for run in runs.values())
+    ]
+
+    def count_side(role: str) -> None:
+        run = runs[role]
+        counter = Counter(
             run.dir,
             run.options.interpreter,
             run.worker_env,
             run.options.launcher,
             in_container=sides[role].kind == "docker",
         )
-        for role, run in runs.items()
-    }
-    try:
-        for spec in cells:
-            ran = [run.records(spec)[:1] for run in runs.values()]
-            if not countable(spec) or not all(r and r[0]["status"] == "ok" for r in ran):
-                continue
-            for role, replicate in order[: 2 * REPLICATES]:
-                run = runs[role]
-                if _counted(count_file(run.dir, spec, replicate), spec):
-                    continue
-                if progress is not None:
-                    progress.note(f"counting {spec.cell_id} [{role} c{replicate}] under callgrind")
-                counters[role].count(spec, run.run_id, replicate)
-    finally:
-        for counter in counters.values():
+        try:
+            for spec in todo:
+                for replicate in range(REPLICATES):
+                    if _counted(count_file(run.dir, spec, replicate), spec):
+                        continue
+                    if progress is not None:
+                        progress.note(f"counting {spec.cell_id} [{role} c{replicate}]")
+                    counter.count(spec, run.run_id, replicate)
+        finally:
             counter.close()
+
+    with ThreadPoolExecutor(max_workers=len(runs)) as pool:
+        for done in [pool.submit(count_side, role) for role in runs]:
+            done.result()
 
 
 def _counted(path: Path, spec: CellSpec) -> bool:

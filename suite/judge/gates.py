@@ -14,6 +14,7 @@ from typing import Any, cast
 from suite.core import accuracy
 from suite.core.records import Gate as GateRecord
 from suite.core.records import Verdict
+from suite.core.results import disturbed
 from suite.judge import sequential
 from suite.judge.policy import Gate
 from suite.judge.sequential import Design
@@ -143,8 +144,10 @@ def _ok(record: Record) -> bool:
 
 
 def _round_value(record: Record, gate: str) -> float | None:
-    """The process statistic a gate pairs across sides: worse is larger, except throughput."""
-    if not _ok(record):
+    """The process statistic a gate pairs across sides: worse is larger, except throughput. A
+    round another process disturbed (still, after its repeats) has none: it is left out, not
+    averaged in."""
+    if not _ok(record) or disturbed(record):
         return None
     if gate == "compile_time":
         metric = (record.get("metrics") or {}).get("compile_cold_s") or {}
@@ -183,6 +186,19 @@ def timing_verdict(
         return None
     assert gate.threshold is not None
     return sequential.judge(d, gate.threshold, design)
+
+
+def _disturbed_text(base: Sequence[Record], cand: Sequence[Record]) -> str:
+    """How many rounds ran again because another process disturbed them, and how many were
+    left out still disturbed."""
+    repeated = sum(int(r.get("disturbed_repeats") or 0) for r in base)
+    left_out = len({r["round"] for r in [*base, *cand] if disturbed(r)})
+    text = ""
+    if repeated:
+        text += f", {repeated} round{'s' if repeated != 1 else ''} rerun as disturbed"
+    if left_out:
+        text += f", {left_out} left out still disturbed"
+    return text
 
 
 def _low_samples(records: Sequence[Record]) -> int:
@@ -243,6 +259,7 @@ def timing_gate(
     rel = _relative_iqr([*base, *cand])
     if rel is not None and gate.name != "compile_time":
         text += f", rel. IQR {rel:.1%}"
+    text += _disturbed_text(base, cand)
     low = _low_samples(base) + _low_samples(cand)
     if low:
         text += f", {low} process{'es' if low > 1 else ''} below {MIN_SAMPLES} samples"

@@ -60,7 +60,9 @@ def _label(records: Sequence[Record]) -> str:
     first = next((r.get("instructions") or {} for r in records if r.get("instructions")), {})
     capability = first.get("capability")
     threads = first.get("threads")
-    parts = [LABEL, f"{capability} path" if capability else None, f"{threads} thread"]
+    size = first.get("size") or {}
+    at = "counted at " + ", ".join(f"{k}={v}" for k, v in sorted(size.items())) if size else None
+    parts = [LABEL, f"{capability} path" if capability else None, f"{threads} thread", at]
     return ", ".join(p for p in parts if p and not p.startswith("None"))
 
 

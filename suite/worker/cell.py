@@ -23,6 +23,7 @@ from suite.core.results import atomic_write_json, base_result, utc_now, write_re
 from suite.core.spec import CellSpec
 from suite.worker.backends import get, mps_fallback_enabled
 from suite.worker.context import WorkerContext, fill_measurements, save_outputs, write_trace
+from suite.worker.counting import steps_to_count
 from suite.worker.measure import (
     timer_overhead_s,
 )
@@ -121,7 +122,11 @@ def run_cell(
                     "messages": [],
                 }
             size = dict(resolved.workload.sizes.get(spec.profile, {}))
+            counting = steps_to_count() is not None
+            smaller = dict(resolved.workload.count_sizes.get(spec.profile, {})) if counting else {}
+            size.update(smaller)
             ctx = WorkerContext(spec, backend, size)
+            ctx.count_size = smaller
             if ctx.world_size > 1:
                 init_distributed(backend)
             with warnings.catch_warnings(record=True) as caught:

@@ -47,6 +47,8 @@ class WorkerContext(CellContext):
             torch.cuda.set_device(self.device)
         self.rank_metrics: dict[str, dict[str, Any]] = {}
         self.timing: Timing | None = None
+        # The sizes a counting worker counts at instead of the profile's (Workload.count_sizes).
+        self.count_size: dict[str, Any] = {}
         self.counted: dict[str, Any] | None = None  # a counting worker's steps (counting.py)
         self.step: Callable[[], Any] | None = None
         self.tracker: MemoryTracker | None = None
@@ -83,7 +85,7 @@ class WorkerContext(CellContext):
         steps = steps_to_count()
         if steps is not None:
             # A counting worker counts the step and nothing else: no clock, no memory pass.
-            self.counted = count_steps(fn, self.backend.sync, steps)
+            self.counted = {**count_steps(fn, self.backend.sync, steps), "size": self.count_size}
             self.items_per_iter = float(items_per_iter)
             self.unit = unit
             self.step = fn
@@ -95,7 +97,14 @@ class WorkerContext(CellContext):
             # would let one rank start a collective that the others never join.
             count = budget.min_iters
             budget = Budget(budget.warmup_iters, count, count, 0.0, float("inf"))
-        self.timing = run_timed(fn, self.backend.sync, budget, compiled=compiled)
+        # The CPUs this cell is expected to keep busy itself: its threads on every local rank
+        # (a GPU cell's host thread); anything beyond the rest is another process's.
+        import torch
+
+        threads = torch.get_num_threads() if self.backend.device_type == "cpu" else 1
+        self.timing = run_timed(
+            fn, self.backend.sync, budget, compiled=compiled, threads=threads * self.world_size
+        )
         # Peak memory comes from its own pass: its allocator settings and sampler thread would
         # change the timings they ran beside.
         memory_pass(fn, self.backend.sync, self.tracker.start, self.tracker.stop)

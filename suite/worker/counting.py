@@ -1,10 +1,12 @@
 """Counting a cell's step in instructions, inside a worker that runs under Valgrind's callgrind.
 
 The parent (suite/execute/counting.py) starts the worker as `valgrind --tool=callgrind
---collect-atstart=no … python -m suite.worker cell …` with COUNT_VAR set to the number of steps
-to count. Then ctx.measure() does not time: it makes the same cold call and WARMUP_CALLS warm-up
-calls as every counted process, turns callgrind's collection on (torch's own client request),
-runs the step that many times, and turns it off. The count is the instructions those steps
+--instr-atstart=no --collect-atstart=no … python -m suite.worker cell …` with COUNT_VAR set to
+the number of steps to count. Then ctx.measure() does not time: it makes the same cold call and
+WARMUP_CALLS warm-up calls as every counted process, starts callgrind's instrumentation and
+collection (client requests), runs the step that many times, and stops both. Uninstrumented,
+Valgrind runs the import, the setup and the warm-up several times faster than instrumented: most
+of a count's cost was there, not in the counted steps. The count is the instructions those steps
 executed on this thread: deterministic to well under 0.1% for a fixed build and input, where a
 clock on a shared 2-vCPU runner spreads 10-20% process to process.
 
@@ -15,12 +17,69 @@ scaling are outside it (README, the instructions gate).
 
 from __future__ import annotations
 
+import ctypes
+import mmap
 import os
+import platform
 from collections.abc import Callable
 from typing import Any
 
 COUNT_VAR = "TORCH_MATRIX_COUNT_STEPS"
-WARMUP_CALLS = 5
+# Warm-up calls outside the count, after the cold one: under Valgrind a call costs ~50x what
+# it does on the CPU, and the count of the call after them is already the steady one.
+WARMUP_CALLS = 1
+# Valgrind's client requests (valgrind.h, callgrind.h): a request is the magic preamble
+# `rol $3/$13/$61/$51, %rdi` then `xchg %rbx,%rbx`, with %rax pointing at the request and its five
+# arguments and %rdx holding the default answer, which stays when not under Valgrind.
+_RUNNING_ON_VALGRIND = 0x1001
+_TOGGLE_COLLECT = 0x43540002
+_START_INSTRUMENTATION = 0x43540004
+_STOP_INSTRUMENTATION = 0x43540005
+_X86_64_REQUEST = bytes.fromhex(
+    "4889f8"  # mov %rdi,%rax: the request block
+    "31d2"  # xor %edx,%edx: the default answer, 0
+    "48c1c703" "48c1c70d" "48c1c73d" "48c1c733"  # the preamble
+    "4887db"  # xchg %rbx,%rbx: the request
+    "4889d0"  # mov %rdx,%rax: the answer
+    "c3"  # ret
+)  # fmt: skip
+
+
+class ClientRequests:
+    """Valgrind client requests made from Python: a few bytes of x86-64 machine code in an
+    executable page, called through ctypes. Torch's own toggle covers collection only; starting
+    the instrumentation late is what makes the uninstrumented import and warm-up fast."""
+
+    def __init__(self) -> None:
+        if platform.machine() not in ("x86_64", "AMD64"):
+            raise RuntimeError(f"no client requests for {platform.machine()} here")
+        self._page = mmap.mmap(
+            -1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC
+        )
+        self._page.write(_X86_64_REQUEST)
+        address = ctypes.addressof(ctypes.c_char.from_buffer(self._page))
+        self._call = ctypes.CFUNCTYPE(ctypes.c_uint64, ctypes.c_void_p)(address)
+
+    def request(self, code: int, *args: int) -> int:
+        block = (ctypes.c_uint64 * 6)(code, *args, *[0] * (5 - len(args)))
+        return int(self._call(ctypes.addressof(block)))
+
+    def running_on_valgrind(self) -> bool:
+        return self.request(_RUNNING_ON_VALGRIND) > 0
+
+    def start(self) -> None:
+        self.request(_START_INSTRUMENTATION)
+        self.request(_TOGGLE_COLLECT)
+
+    def stop(self) -> None:
+        self.request(_TOGGLE_COLLECT)
+        self.request(_STOP_INSTRUMENTATION)
+
+
+def late_instrumentation() -> bool:
+    """Whether counting workers here can start instrumentation themselves (the parent then
+    starts Valgrind with it off)."""
+    return platform.machine() in ("x86_64", "AMD64")
 
 
 def steps_to_count() -> int | None:
@@ -47,23 +106,24 @@ def count_steps(fn: Callable[[], Any], sync: Callable[[], None], steps: int) -> 
 
     import torch
 
-    if not torch._C._valgrind_supported_platform():
-        raise RuntimeError("this torch build has no Valgrind client requests to count with")
     if not under_valgrind():
         raise RuntimeError("asked to count, but not running under Valgrind (a wrapper that execs?)")
+    requests = ClientRequests()
+    if not requests.running_on_valgrind():
+        raise RuntimeError("Valgrind did not answer a client request: nothing would be counted")
     fn()
     for _ in range(WARMUP_CALLS):
         fn()
     sync()
     gc.collect()
     gc.disable()
-    torch._C._valgrind_toggle()
+    requests.start()
     try:
         for _ in range(steps):
             fn()
         sync()
     finally:
-        torch._C._valgrind_toggle()
+        requests.stop()
         gc.enable()
     return {
         "steps": steps,

@@ -1,17 +1,77 @@
 """Timing of a callable: cold start, warmup and steady-state samples, kept apart.
 
-The clock is injectable so that the loop logic can be tested without real time passing.
+The clock is injectable so that the loop logic can be tested without real time passing, and so
+is the CPU reading that tells whether another process competed for this worker's CPUs during
+the timed region (a disturbed round, which the A/B repeats instead of averaging it in).
 """
 
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 Clock = Callable[[], int]  # monotonic nanoseconds
+
+
+@dataclass(frozen=True)
+class CpuReading:
+    """Busy seconds of the CPUs this process may run on (all processes, /proc/stat, steal
+    included), and this process's own CPU seconds, at one instant."""
+
+    busy_s: float
+    own_s: float
+    cpus: int
+
+
+CpuSampler = Callable[[], CpuReading | None]
+# Other processes using more than this many CPUs beyond what the worker's threads leave spare,
+# on average over the timed region, make the round disturbed: on a 2-core runner one busy
+# process beside a two-thread worker made every op wait a scheduler slice (0.5 ms -> 8 ms).
+DISTURBED_CPUS = 0.25
+# /proc/stat's cpuN fields: user nice system idle iowait irq softirq steal; idle and iowait
+# are not busy.
+_BUSY_FIELDS = (0, 1, 2, 5, 6, 7)
+
+
+def cpu_reading() -> CpuReading | None:
+    """The CPU reading of this process's allowed CPUs; None where /proc/stat is not there."""
+    try:
+        allowed = os.sched_getaffinity(0)
+        with open("/proc/stat", encoding="ascii") as stat:
+            lines = stat.read().splitlines()
+    except (OSError, AttributeError):
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    busy = 0
+    for line in lines:
+        name, *fields = line.split()
+        if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in allowed:
+            values = [int(f) for f in fields]
+            busy += sum(values[i] for i in _BUSY_FIELDS if i < len(values))
+    return CpuReading(busy / tick, time.process_time(), len(allowed))
+
+
+def disturbance(
+    before: CpuReading | None, after: CpuReading | None, wall_s: float, threads: int
+) -> dict[str, Any]:
+    """What else ran on this worker's CPUs while it was timed: other processes' CPUs on
+    average (busy minus own, over the wall time), and whether that exceeds what the worker's
+    threads leave spare by more than DISTURBED_CPUS. Unmeasured (None) is never disturbed."""
+    if before is None or after is None or wall_s <= 0:
+        return {"other_cpus": None, "own_cpus": None, "spare_cpus": None, "disturbed": None}
+    own = max(0.0, after.own_s - before.own_s) / wall_s
+    other = max(0.0, (after.busy_s - before.busy_s) - (after.own_s - before.own_s)) / wall_s
+    spare = max(0, after.cpus - threads)
+    return {
+        "other_cpus": round(other, 3),
+        "own_cpus": round(own, 3),
+        "spare_cpus": spare,
+        "disturbed": other > spare + DISTURBED_CPUS,
+    }
 
 
 @dataclass(frozen=True)
@@ -65,6 +125,7 @@ class Timing:
     samples_s: list[float] = field(default_factory=list)
     timed_s: float = 0.0
     calls_per_sample: int = 1
+    disturbance: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         from suite.core.stats import summarize
@@ -77,6 +138,7 @@ class Timing:
             "samples_s": self.samples_s,
             "calls_per_sample": self.calls_per_sample,
             "summary": dict(summarize(self.samples_s)),
+            "disturbance": self.disturbance,
         }
 
 
@@ -113,6 +175,8 @@ def run_timed(
     clock: Clock = time.perf_counter_ns,
     compiled: bool = False,
     floor: int = FLOOR_SAMPLES,
+    cpu: CpuSampler = cpu_reading,
+    threads: int = 1,
 ) -> Timing:
     """Cold call, warmup, then samples of synchronized blocks of calls. Nothing else runs in
     the timed region: memory instruments have a pass of their own (memory_pass)."""
@@ -127,6 +191,7 @@ def run_timed(
     calls = calls_per_sample(min(warm, default=timing.cold_start_s), budget)
     timing.calls_per_sample = calls
     samples: list[float] = []
+    before = cpu()
     begin = clock()
     while True:
         samples.append(time_block(fn, sync, clock, calls))
@@ -136,6 +201,7 @@ def run_timed(
         if enough or len(samples) >= budget.max_iters or out_of_time:
             break
     timing.timed_s = (clock() - begin) / 1e9
+    timing.disturbance = disturbance(before, cpu(), timing.timed_s, threads)
     timing.samples_s = samples
     return timing
 

@@ -60,6 +60,10 @@ class Workload(ABC):
     params: ClassVar[tuple[Param, ...]] = ()
     # Problem sizes per profile; run() reads them from ctx.size.
     sizes: ClassVar[Mapping[str, Mapping[str, Any]]] = {"smoke": {}, "full": {}}
+    # Sizes the instructions gate counts at, over the profile's (per profile, only the keys
+    # that change): a step Valgrind runs ~50x slower than the CPU must stay a few seconds long.
+    # Both sides count the same size; the gate's label names it.
+    count_sizes: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
     throughput_unit: ClassVar[str] = "items/s"
     # A prototype workload's cells are in the prototype lane whatever the matrix says: its rows
     # never push a decision past `isolate`.

@@ -94,6 +94,8 @@ class FlexAttention(Workload):
             "prefix": 512,
         },
     }
+    # Two blocks of 128 a side: each mask still differs in which blocks it skips.
+    count_sizes = {"smoke": {"seq": 256}, "full": {"seq": 256, "window": 64, "prefix": 64}}
     throughput_unit = "tokens/s"
     size_tag_format = "s{seq}"
 

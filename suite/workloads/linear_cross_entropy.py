@@ -90,6 +90,7 @@ class LinearCrossEntropy(Workload):
         "smoke": {"tokens": 1024, "hidden": 64, "vocab": 4096},
         "full": {"tokens": 16384, "hidden": 4096, "vocab": 128256},
     }
+    count_sizes = {"smoke": {"tokens": 256, "vocab": 1024}, "full": {"tokens": 256, "vocab": 1024}}
     throughput_unit = "tokens/s"
     size_tag_format = "n{tokens}v{vocab}"
 

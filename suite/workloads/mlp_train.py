@@ -114,6 +114,7 @@ class MlpTrain(Workload):
             "momentum": 0.9,
         },
     }
+    count_sizes = {"smoke": {"steps": 4}, "full": {"steps": 4}}
     throughput_unit = "samples/s"
     size_tag_format = "b{batch}h{hidden}"
 
