@@ -9,6 +9,13 @@ bench starts and stops), where `inconclusive` is fine and `fail` is not.
 
     python bench/detect.py [--threshold 0.03] [--aa 20] [--five 20] [--ten 10] [--loaded 10]
                            [--backend cpu|cuda|rocm|mps] [--json FILE]
+    python bench/detect.py --metric instructions [--threshold 0.01] [--aa 20] [--five 20]
+                           [--two 20]
+
+With --metric instructions the gate is the instructions gate instead: each cell runs one round
+per side (its status), then counts on both sides as `ab` does (two counting processes per side,
+both sides at once); levels A/A, +5% and +2% work. The work added is matmuls, so a cell's
+instructions grow a little less than the work (the step's fixed part stays).
 
 --json writes the rates as they come, level by level, so a run cut short keeps what it has.
 
@@ -36,9 +43,11 @@ from suite.core.matrix import Entry, Matrix, expand
 from suite.core.progress import Progress
 from suite.execute.environment import RunOptions
 from suite.execute.runner import Run
-from suite.flows.ab import Rounds
+from suite.execute.side_record import Side as Prepared
+from suite.flows.ab import Rounds, count_cells
 from suite.flows.compare import Side, decide
 from suite.judge.policy import Gate, Policy, load_policy
+from suite.judge.sequential import TIMING_GATES
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -68,8 +77,22 @@ def bench_policy(threshold: float, budget_s: float | None) -> Policy:
     return dataclasses.replace(policy, gates=gates, design=design)
 
 
+def instructions_policy(threshold: float) -> Policy:
+    """The research profile with the instructions gate at `threshold` and no timing gate."""
+    policy = load_policy(None, "research")
+    gates = {name: gate for name, gate in policy.gates.items() if name not in TIMING_GATES}
+    gates["instructions"] = Gate("instructions", "soft", threshold=threshold)
+    return dataclasses.replace(policy, gates=gates, design=policy.design.fixed(1))
+
+
 def run_level(
-    extra: float, tries: int, policy: Policy, out: Path, seed: int, backend: str = "cpu"
+    extra: float,
+    tries: int,
+    policy: Policy,
+    out: Path,
+    seed: int,
+    backend: str = "cpu",
+    metric: str = "latency_p50",
 ) -> tuple[Counter[str], float, float]:
     """(verdict counts, mean rounds, wall seconds) of `tries` cells at `extra` % more work."""
     matrix = Matrix(
@@ -110,12 +133,16 @@ def run_level(
     for run in runs.values():
         run.doc["ab"] = {"design": design.as_dict()}
         run.finish()
+    if metric == "instructions":
+        here = sys.executable
+        sides = {role: Prepared("current", role, here, 0.0, "current") for role in runs}
+        count_cells(cells, runs, sides, progress)
     wall = time.perf_counter() - start
     decision = decide(Side.load(out / "baseline"), Side.load(out / "candidate"), policy)
     counts: Counter[str] = Counter()
     for cell in decision["cells"]:
-        gate = next(g for g in cell["gates"] if g["gate"] == "latency_p50")
-        counts[gate["verdict"]] += 1
+        gate = next((g for g in cell["gates"] if g["gate"] == metric), None)
+        counts[gate["verdict"] if gate else "missing"] += 1
     rounds = [len(runs["baseline"].records(spec)) for spec in cells]
     return counts, statistics.mean(rounds), wall
 
@@ -131,7 +158,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
-    parser.add_argument("--threshold", type=float, default=0.03)
+    parser.add_argument("--metric", default="latency_p50", choices=["latency_p50", "instructions"])
+    parser.add_argument("--threshold", type=float, default=None, help="0.03; 0.01 instructions")
+    parser.add_argument("--two", type=int, default=20, help="+2%% tries (instructions)")
     parser.add_argument("--aa", type=int, default=20, help="A/A tries, quiet")
     parser.add_argument("--five", type=int, default=20, help="+5%% tries")
     parser.add_argument("--ten", type=int, default=10, help="+10%% tries")
@@ -144,14 +173,24 @@ def main() -> None:
     args = parser.parse_args()
     found: list[dict[str, object]] = []
     start = time.perf_counter()
-    quiet = bench_policy(args.threshold, None)
-    loaded = bench_policy(args.threshold, args.loaded_budget)
-    levels = [
-        ("A/A (false alarm)", 0.0, args.aa, quiet, False),
-        ("+5% work (detection)", 5.0, args.five, quiet, False),
-        ("+10% work (detection)", 10.0, args.ten, quiet, False),
-        ("A/A, one busy process beside it", 0.0, args.loaded, loaded, True),
-    ]
+    if args.threshold is None:
+        args.threshold = 0.01 if args.metric == "instructions" else 0.03
+    if args.metric == "instructions":
+        quiet = instructions_policy(args.threshold)
+        levels = [
+            ("A/A (false alarm)", 0.0, args.aa, quiet, False),
+            ("+5% work (detection)", 5.0, args.five, quiet, False),
+            ("+2% work (detection)", 2.0, args.two, quiet, False),
+        ]
+    else:
+        quiet = bench_policy(args.threshold, None)
+        loaded = bench_policy(args.threshold, args.loaded_budget)
+        levels = [
+            ("A/A (false alarm)", 0.0, args.aa, quiet, False),
+            ("+5% work (detection)", 5.0, args.five, quiet, False),
+            ("+10% work (detection)", 10.0, args.ten, quiet, False),
+            ("A/A, one busy process beside it", 0.0, args.loaded, loaded, True),
+        ]
     rows = []
     with tempfile.TemporaryDirectory(prefix="torch-matrix-detect-") as tmp:
         for i, (label, extra, tries, policy, busy) in enumerate(levels):
@@ -164,7 +203,7 @@ def main() -> None:
             try:
                 counts, mean_rounds, wall = run_level(
                     extra, tries, policy, Path(tmp) / f"level{i}", seed=100 * i,
-                    backend=args.backend,
+                    backend=args.backend, metric=args.metric,
                 )  # fmt: skip
             finally:
                 if busy:
@@ -190,7 +229,7 @@ def main() -> None:
                     "level": label, "injected_percent": extra, "tries": tries, "fails": fails,
                     "fail_ci95": [lo, hi], "verdicts": dict(counts),
                     "mean_rounds": mean_rounds, "wall_s": wall, "backend": args.backend,
-                    "threshold": args.threshold,
+                    "threshold": args.threshold, "metric": args.metric,
                 }
             )  # fmt: skip
             if args.json is not None:
@@ -203,7 +242,8 @@ def main() -> None:
     )
     design = quiet.design
     print(
-        f"\nthreshold {args.threshold:.1%}; looks {', '.join(map(str, design.looks))}; "
+        f"\n{args.metric}: threshold {args.threshold:.1%}; "
+        f"looks {', '.join(map(str, design.looks))}; "
         f"per-look levels fail {design.fail_level:g}, pass {design.pass_level:g}; smoke budget"
     )
     print(f"wall time {time.perf_counter() - start:.0f} s")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +111,7 @@ class Counter:
 
     def count(self, spec: CellSpec, run_id: str, replicate: int) -> dict[str, Any]:
         """One counting process of the cell; its record, written under RUN/counts/."""
+        began = time.monotonic()
         path = count_file(self.run_dir, spec, replicate)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.unlink(missing_ok=True)
@@ -140,7 +142,11 @@ class Counter:
         doc = read_result(path)
         if doc.get("status") == "ok" and doc.get("instructions"):
             _add_counts(doc, profile, self.run_dir)
-            write_result(path, doc)
+        # What the count cost the A/B, charged to its budget: the fork server's start under
+        # Valgrind for a side's first count, and the per-function totals, included.
+        harness = doc.get("harness") or {}
+        doc["harness"] = {**harness, "parent_wall_s": round(time.monotonic() - began, 3)}
+        write_result(path, doc)
         return doc
 
 

@@ -9,6 +9,7 @@ resumes from its records: whole rounds are kept, a half-finished one is redone o
 
 from __future__ import annotations
 
+import math
 import shlex
 import shutil
 from collections.abc import Sequence
@@ -37,6 +38,7 @@ from suite.judge.policy import Policy
 from suite.judge.registry import PERFORMANCE_GATES
 from suite.judge.rollback import judge_rollback
 from suite.judge.sequential import TIMING_GATES, Design
+from suite.report.opdiff import op_diff
 from suite.workloads import Resolved
 
 
@@ -132,8 +134,9 @@ class Rounds:
     """Interleaved paired rounds of every cell that still needs them, look by look."""
 
     def __init__(self, runs: dict[str, Run], policy: Policy, design: Design, comparable: bool,
-                 progress: Progress | None) -> None:  # fmt: skip
+                 progress: Progress | None, charged_s: float = 0.0) -> None:  # fmt: skip
         self.runs = runs
+        self.charged_s = charged_s  # spent before the rounds (counting), out of the same budget
         self.policy = policy
         self.design = design
         self.comparable = comparable
@@ -200,13 +203,15 @@ class Rounds:
         cells that can. The costs come from the records, so a resumed A/B chooses the same."""
         if self.design.budget_s is None:
             return active
-        left = self.design.budget_s - spent_s(self.runs)
+        left = self.design.budget_s - spent_s(self.runs) - self.charged_s
         costs = {spec.cell_id: self.round_cost_s(spec) for spec in active}
+        if any(cost is None for cost in costs.values()):
+            # Every cell gets its first round, whatever counting spent: it measures what a
+            # round costs, and without it a cell has no status at all.
+            return active
         if left <= 0:
             self.budget_exhausted = True
             return []
-        if any(cost is None for cost in costs.values()):
-            return active  # the first round measures what a round costs
         admitted: set[str] = set()
         total = 0.0
         for spec in sorted(active, key=lambda s: costs[s.cell_id] or 0.0):
@@ -288,7 +293,18 @@ def run_ab(
             extra["image"] = side.image
         runs[role] = Run(matrix, options=run_options, cells=cells, resolved=resolved, extra=extra)
     comparable = not differences(runs["baseline"].environment, runs["candidate"].environment)
-    rounds = Rounds(runs, policy, design, comparable, options.progress)
+    charged = 0.0
+    if "instructions" in policy.gates:
+        try:
+            count_cells(
+                cells, runs, {"baseline": baseline, "candidate": candidate}, options.progress
+            )
+        except BaseException:
+            for run in runs.values():
+                run.finish("interrupted")
+            raise
+        charged = counting_spent_s(cells, runs)
+    rounds = Rounds(runs, policy, design, comparable, options.progress, charged_s=charged)
     try:
         final = rounds.run(cells)
     except BaseException:
@@ -301,8 +317,6 @@ def run_ab(
     for run in runs.values():
         run.doc["ab"]["design"] = final.as_dict()
         run.finish()
-    if "instructions" in policy.gates:
-        count_cells(cells, runs, {"baseline": baseline, "candidate": candidate}, options.progress)
     checks: list[Cell] = []
     rollback: dict[str, Any] | None = None
     if options.rollback and "rollback" in policy.gates:
@@ -333,7 +347,22 @@ def run_ab(
                 extra_cells=checks,
                 rollback=rollback,
             )
+            add_op_diffs(decision, artifacts)
     return decision
+
+
+def add_op_diffs(decision: dict[str, Any], artifacts: dict[str, dict[str, str]]) -> None:
+    """For each cell traced on both sides, the ops whose self time changed most: where the
+    time went, beside the gate that says it went. A trace that cannot be read leaves a warning
+    in the cell instead."""
+    for cell in decision["cells"]:
+        traces = artifacts.get(cell["cell_id"]) or {}
+        if "baseline_trace" not in traces or "candidate_trace" not in traces:
+            continue
+        try:
+            cell["ops"] = op_diff(Path(traces["baseline_trace"]), Path(traces["candidate_trace"]))
+        except ValueError as exc:
+            cell["ops_warning"] = str(exc)
 
 
 def count_cells(
@@ -342,16 +371,11 @@ def count_cells(
     sides: dict[str, Side],
     progress: Progress | None,
 ) -> None:
-    """The counting processes of the instructions gate, for every countable cell that ran ok
-    on both sides: REPLICATES per side. The two sides count at once, one thread each (a count
-    runs on one thread, and instructions do not depend on what else runs). A record already
-    counted (a resumed A/B) stays."""
-    todo = [
-        spec
-        for spec in cells
-        if countable(spec)
-        and all((r := run.records(spec)[:1]) and r[0]["status"] == "ok" for run in runs.values())
-    ]
+    """The counting processes of the instructions gate, before the rounds, for every countable
+    cell: REPLICATES per side. The two sides count at once, one thread each (a count runs on
+    one thread, and instructions do not depend on what else runs). A record already counted
+    (a resumed A/B) stays."""
+    todo = [spec for spec in cells if countable(spec)]
 
     def count_side(role: str) -> None:
         run = runs[role]
@@ -376,6 +400,22 @@ def count_cells(
     with ThreadPoolExecutor(max_workers=len(runs)) as pool:
         for done in [pool.submit(count_side, role) for role in runs]:
             done.result()
+
+
+def counting_spent_s(cells: Sequence[CellSpec], runs: dict[str, Run]) -> float:
+    """The wall time counting took, read from the count records: the sides count at once, so
+    the longer side's sum. Charged to the rounds' budget, the same when an A/B resumes."""
+    per_side = []
+    for run in runs.values():
+        walls = []
+        for spec in cells:
+            for replicate in range(REPLICATES):
+                try:
+                    walls.append(record_wall_s(read_result(count_file(run.dir, spec, replicate))))
+                except (InputError, OSError):
+                    continue
+        per_side.append(math.fsum(walls))
+    return max(per_side, default=0.0)
 
 
 def _counted(path: Path, spec: CellSpec) -> bool:

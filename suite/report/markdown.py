@@ -16,6 +16,7 @@ from urllib.parse import quote
 
 from suite.core.records import DECISIONS, UNDECIDED_WHY
 from suite.report.escape import cap, code_block, code_span, html_text, md
+from suite.report.opdiff import render_op_diff
 from suite.report.table import (
     ATTENTION,
     GOOD,
@@ -229,6 +230,11 @@ def _section(cell: dict[str, Any], run_url: str | None = None) -> str:
     # The blank line after <summary> ends the HTML block, so what follows is Markdown.
     parts = [f"<details><summary>{summary}</summary>", status, "\n".join(table)]
     parts += _moved_parts(cell)
+    if cell.get("ops"):
+        parts += ["Where the time went (one profiled step per side, self time):"]
+        parts += [render_op_diff(cell["ops"])]
+    elif cell.get("ops_warning"):
+        parts += [f"Where the time went: {md(cell['ops_warning'])}"]
     parts += _repro_parts(cell.get("repro") or {}, run_url)
     artifacts = cell.get("artifacts") or {}
     if artifacts:

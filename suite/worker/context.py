@@ -240,6 +240,7 @@ def fill_measurements(doc: dict[str, Any], ctx: WorkerContext) -> None:
             "low_samples": count < FLOOR_SAMPLES,
         }
         doc["threads"] = _threads()
+        doc["process"] = process_settings()
         if ctx.items_per_iter:
             doc["throughput"] = {
                 "unit": ctx.unit or "items/s",
@@ -256,6 +257,29 @@ def fill_measurements(doc: dict[str, Any], ctx: WorkerContext) -> None:
 
 
 _THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "KMP_AFFINITY")
+
+
+def process_settings() -> dict[str, Any]:
+    """The process-level settings beside the thread counts that bear on timing noise: the hash
+    seed, address randomization (personality's ADDR_NO_RANDOMIZE) and the machine's
+    transparent huge pages. Measured with bench/noise_controls.py; none is changed here."""
+
+    def read(path: str) -> str | None:
+        try:
+            with open(path, encoding="ascii") as f:
+                return f.read().strip()
+        except OSError:
+            return None
+
+    personality = read("/proc/self/personality")
+    thp = read("/sys/kernel/mm/transparent_hugepage/enabled")
+    chosen = thp.split("[", 1)[1].split("]", 1)[0] if thp and "[" in thp else thp
+    return {
+        "hash_seed": os.environ.get("PYTHONHASHSEED"),
+        "aslr": None if personality is None else not int(personality, 16) & 0x0040000,
+        "transparent_hugepages": chosen,
+        "affinity": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+    }
 
 
 def _threads() -> dict[str, Any]:
