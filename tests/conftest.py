@@ -37,6 +37,15 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.fixture(autouse=True)
+def _counting_where_asked(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An A/B counts instructions (minutes under Valgrind) only in tests marked `counting`:
+    elsewhere the instructions gate of the built-in profiles is untested, as `--no-count`
+    leaves it, and the tests of other things do not pay for counting."""
+    if request.node.get_closest_marker("counting") is None:
+        monkeypatch.setenv("TORCH_MATRIX_COUNT", "0")
+
+
 # Skips that no amount of installing can avoid on a Linux CPU machine.
 HARDWARE = re.compile(r"GPU|CUDA|ROCm|MPS|Apple Silicon|macOS|darwin", re.IGNORECASE)
 

@@ -28,6 +28,7 @@ def _matrix(tmp_path: Path) -> Path:
     return matrix
 
 
+@pytest.mark.counting
 def test_a_a_has_no_latency_failures(tmp_path: Path) -> None:
     out = tmp_path / "aa"
     code, stdout, err = cli(
@@ -60,6 +61,11 @@ def test_a_a_has_no_latency_failures(tmp_path: Path) -> None:
     base = json.loads((out / "baseline" / "run.json").read_text())
     assert base["side"] == "baseline" and base["policy"]["sha256"] == decision["policy"]["sha256"]
     assert len({c["round"] for c in base["cells"]}) == 3
+    # The built-in profile reports instructions: both CPU cells counted, reproducible, unchanged.
+    counted = [g for g in gates if g["gate"] == "instructions"]
+    assert len(counted) == 2 and {g["verdict"] for g in counted} == {"pass"}, counted
+    assert all("callgrind" in g["message"] and "1 thread" in g["message"] for g in counted)
+    assert {"prepare", "setup", "counting", "rounds", "rollback"} <= set(decision["phases"])
 
 
 @pytest.mark.skipif(
@@ -96,3 +102,7 @@ def test_real_pin_bump_2_13_to_2_14(tmp_path: Path) -> None:
     }
     checkpoints = decision["rollback"]["checkpoints"]
     assert checkpoints["candidate-to-baseline"]["written_by"].startswith("2.14.1")
+    # Counting is off here (TORCH_MATRIX_COUNT=0): the gate says so, it does not pass.
+    uncounted = [g for c in decision["cells"] for g in c["gates"] if g["gate"] == "instructions"]
+    assert len(uncounted) == 2 and {g["verdict"] for g in uncounted} == {"untested"}
+    assert all(g["message"].startswith("not counted") for g in uncounted)

@@ -59,6 +59,8 @@ def test_identical_sides_adopt(tmp_path: Path) -> None:
         "latency_p95": "pass",
         "throughput": "pass",
         "peak_memory": "pass",
+        # Plain runs carry no counts: the gate says so, and the info gate blocks nothing.
+        "instructions": "untested",
     }
     assert exit_code(d["decision"]) == 0
 

@@ -14,7 +14,7 @@ import pytest
 
 from tests.helpers import TESTS, cli
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.counting]
 PLUGIN = f"{TESTS / 'plugins' / 'counted_mm.py'}:CountedMm"
 POLICY = """\
 version: 1

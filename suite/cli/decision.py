@@ -96,6 +96,14 @@ def finish_decision(
     "one is redone on both sides; the matrix, policy and --rounds must be the same.",
 )
 @click.option("--no-traces", is_flag=True, help="Skip the profiler traces of failing cells.")
+@click.option(
+    "--count/--no-count",
+    default=True,
+    envvar="TORCH_MATRIX_COUNT",
+    show_default=True,
+    help="Count the CPU cells' instructions when the policy names the instructions gate "
+    "(env TORCH_MATRIX_COUNT=0 turns it off); not counted, the gate is untested.",
+)
 @calibration_option
 @format_option
 @github_step_option
@@ -111,6 +119,7 @@ def ab(
     out: Path | None,
     resume: bool,
     no_traces: bool,
+    count: bool,
     calibration_file: Path | None,
     fmt: str,
     github_step: bool,
@@ -119,7 +128,7 @@ def ab(
     with step_outputs_on_error(github_step, out):
         _ab(
             baseline, candidate, indexes, chosen, policy_file, policy_profile, rounds, out,
-            resume, no_traces, calibration_file, fmt, github_step,
+            resume, no_traces, count, calibration_file, fmt, github_step,
         )  # fmt: skip
 
 
@@ -134,6 +143,7 @@ def _ab(
     out: Path | None,
     resume: bool,
     no_traces: bool,
+    count: bool,
     calibration_file: Path | None,
     fmt: str,
     github_step: bool,
@@ -180,8 +190,11 @@ def _ab(
         progress=Progress(len(cells) * design.looks[0] * 2, stream=sys.stderr),
         traces=not no_traces,
         resume=resume,
+        count=count,
     )
     decision = run_ab(matrix, cells, resolved, base_side, cand_side, policy, options)
+    split = ", ".join(f"{k} {v:.0f} s" for k, v in decision.get("phases", {}).items())
+    click.echo(f"phases: {split}", err=True)
     write_reports(decision, out)
     click.echo(f"decision: {decision['decision']} — reports in {out}", err=True)
     finish_decision(decision, fmt, out=out, github_step=github_step)

@@ -90,3 +90,15 @@ class CellSpec:
 def spec_hash(spec: Mapping[str, Any]) -> str:
     canonical = json.dumps(spec, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+# Workloads that compile: under Valgrind a compile costs minutes, and its instructions are the
+# compiler's, not the step's.
+COMPILING = frozenset({"compile", "export"})
+
+
+def countable(workload: str, backend: str, params: Mapping[str, Any], ranks: int = 1) -> bool:
+    """Whether the instructions gate applies to a cell: one CPU rank, nothing compiled (a
+    GPU's work is not the host's instructions)."""
+    compiled = workload in COMPILING or "compiled" in (str(v) for v in params.values())
+    return backend == "cpu" and ranks <= 1 and not compiled

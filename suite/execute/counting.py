@@ -20,6 +20,7 @@ from typing import Any
 
 from suite.core.results import COUNTS_DIR, failure_result, read_result, utc_now, write_result
 from suite.core.spec import CellSpec
+from suite.core.spec import countable as counts_cell
 from suite.execute.cell import worker_argv
 from suite.execute.forkclient import ForkServer
 from suite.execute.launch import Launcher, Step, read_tail, run_process
@@ -33,7 +34,6 @@ INSTALL_HINT = "install Valgrind (apt-get install valgrind; brew has none for Ap
 # Settled before the interpreter starts, the same on both sides: one thread (callgrind serializes
 # threads, and a second one's spin-waits would be counted), a fixed hash seed.
 COUNT_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
-COMPILING = frozenset({"compile", "export"})
 # With instrumentation started late, `summary:` reads 0 and `totals:` holds the count.
 _TOTALS = re.compile(rb"^totals:\s*(\d+)", re.MULTILINE)
 _SUMMARY = re.compile(rb"^summary:\s*(\d+)", re.MULTILINE)
@@ -45,8 +45,7 @@ _SOURCE = re.compile(r"^(?:\?\?\?|[^:\s]*[/.][^:\s]*):(?!:)")
 
 def countable(spec: CellSpec) -> bool:
     """Whether the instructions gate applies: one CPU rank, no compilation."""
-    compiled = spec.workload in COMPILING or "compiled" in (str(v) for _, v in spec.params)
-    return spec.backend == "cpu" and spec.ranks <= 1 and not compiled
+    return counts_cell(spec.workload, spec.backend, spec.params_dict, spec.ranks)
 
 
 def count_file(run_dir: Path, spec: CellSpec, replicate: int) -> Path:

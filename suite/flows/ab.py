@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import shlex
 import shutil
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -52,6 +53,7 @@ class AbOptions:
     traces: bool = True
     rollback: bool = True
     resume: bool = False
+    count: bool = True  # the instructions gate's counting, where the policy names the gate
 
 
 def side_command(matrix: Matrix, side: Side, resolved: dict[str, Resolved]) -> list[str]:
@@ -259,6 +261,8 @@ def run_ab(
     identity = _identity(matrix, cells, policy, design)
     if options.resume:
         check_resumable(options.out, identity)
+    phases = Phases({"prepare": baseline.prepared_s + candidate.prepared_s})
+    phases.begin("setup")
     runs: dict[str, Run] = {}
     for role, side in (("baseline", baseline), ("candidate", candidate)):
         run_options = RunOptions(
@@ -294,7 +298,8 @@ def run_ab(
         runs[role] = Run(matrix, options=run_options, cells=cells, resolved=resolved, extra=extra)
     comparable = not differences(runs["baseline"].environment, runs["candidate"].environment)
     charged = 0.0
-    if "instructions" in policy.gates:
+    if options.count and "instructions" in policy.gates:
+        phases.begin("counting")
         try:
             count_cells(
                 cells, runs, {"baseline": baseline, "candidate": candidate}, options.progress
@@ -305,6 +310,7 @@ def run_ab(
             raise
         charged = counting_spent_s(cells, runs)
     rounds = Rounds(runs, policy, design, comparable, options.progress, charged_s=charged)
+    phases.begin("rounds")
     try:
         final = rounds.run(cells)
     except BaseException:
@@ -321,6 +327,7 @@ def run_ab(
     rollback: dict[str, Any] | None = None
     if options.rollback and "rollback" in policy.gates:
         # Checks of a killed A/B are redone whole: their folders hold nothing worth keeping.
+        phases.begin("rollback")
         for stale in ("rollback", "rehearsal"):
             shutil.rmtree(options.out / stale, ignore_errors=True)
         sides = {
@@ -333,6 +340,7 @@ def run_ab(
     loaded_cand = Loaded.load(options.out / "candidate", candidate.label)
     decision = decide(loaded_base, loaded_cand, policy, extra_cells=checks, rollback=rollback)
     if options.traces:
+        phases.begin("traces")
         try:
             artifacts = _trace_failures(decision, cells, runs, options.out)
         finally:
@@ -348,7 +356,30 @@ def run_ab(
                 rollback=rollback,
             )
             add_op_diffs(decision, artifacts)
+    decision["phases"] = phases.done()
     return decision
+
+
+class Phases:
+    """Wall seconds of each phase of an A/B, in the order they ran: where its time went."""
+
+    def __init__(self, known: dict[str, float]) -> None:
+        self.seconds = {name: round(value, 1) for name, value in known.items()}
+        self._current: tuple[str, float] | None = None
+
+    def begin(self, name: str) -> None:
+        self._end()
+        self._current = (name, time.monotonic())
+
+    def _end(self) -> None:
+        if self._current is not None:
+            name, began = self._current
+            self.seconds[name] = round(self.seconds.get(name, 0.0) + time.monotonic() - began, 1)
+            self._current = None
+
+    def done(self) -> dict[str, float]:
+        self._end()
+        return dict(self.seconds)
 
 
 def add_op_diffs(decision: dict[str, Any], artifacts: dict[str, dict[str, str]]) -> None:

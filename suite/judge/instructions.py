@@ -19,6 +19,7 @@ from typing import Any
 
 from suite.core.records import Gate as GateRecord
 from suite.core.records import Verdict
+from suite.core.spec import countable
 from suite.judge.policy import Gate
 from suite.judge.verdicts import gate_result
 
@@ -56,6 +57,19 @@ def _why_missing(records: Sequence[Record], side: str) -> str:
     return f"the {side} counted in {counted} of the {REPLICATES} processes the gate needs"
 
 
+NOT_COUNTED = (
+    "not counted: these runs have no counts (`torch-matrix ab` counts when its policy names "
+    "the gate, unless --no-count)"
+)
+
+
+def _applies(record: Record) -> bool:
+    spec = record.get("spec") or {}
+    ranks = len(record.get("ranks") or []) or 1
+    params = spec.get("params") or {}
+    return countable(str(spec.get("workload")), str(spec.get("backend")), params, ranks)
+
+
 def _label(records: Sequence[Record]) -> str:
     first = next((r.get("instructions") or {} for r in records if r.get("instructions")), {})
     capability = first.get("capability")
@@ -67,12 +81,15 @@ def _label(records: Sequence[Record]) -> str:
 
 
 def instructions_gate(
-    gate: Gate, base: Sequence[Record], cand: Sequence[Record]
+    gate: Gate, base: Sequence[Record], cand: Sequence[Record], results: Sequence[Record] = ()
 ) -> GateRecord | None:
-    """The verdict from both sides' counting processes; None for a cell nobody counted (a GPU
-    cell, a compiled one, a cell of several ranks: the gate does not apply)."""
+    """The verdict from both sides' counting processes; None for a cell the gate does not
+    apply to (a GPU cell, a compiled one, a cell of several ranks). A cell it applies to that
+    nobody counted is untested, never a silent pass."""
     if not base and not cand:
-        return None
+        if not any(_applies(r) for r in results):
+            return None
+        return gate_result(gate, "untested", NOT_COUNTED, unit="instructions")
     b, c = per_step(base), per_step(cand)
     for values, records, side in ((b, base, "baseline"), (c, cand, "candidate")):
         if len(values) < REPLICATES:

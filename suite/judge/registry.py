@@ -76,7 +76,9 @@ REGISTRY: dict[str, GateFn] = {
     **{name: _metric(name) for name in METRIC_GATES},
     # The rollback gate is not judged per cell: suite/flows/rollback.py adds its own cells.
     "rollback": lambda gate, i: None,
-    "instructions": lambda gate, i: instructions_gate(gate, i.base_counts, i.cand_counts),
+    "instructions": lambda gate, i: instructions_gate(
+        gate, i.base_counts, i.cand_counts, [*i.base, *i.cand]
+    ),
 }
 
 

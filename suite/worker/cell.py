@@ -23,7 +23,7 @@ from suite.core.results import atomic_write_json, base_result, utc_now, write_re
 from suite.core.spec import CellSpec
 from suite.worker.backends import get, mps_fallback_enabled
 from suite.worker.context import WorkerContext, fill_measurements, save_outputs, write_trace
-from suite.worker.counting import steps_to_count
+from suite.worker.counting import Counted, steps_to_count
 from suite.worker.measure import (
     timer_overhead_s,
 )
@@ -132,6 +132,8 @@ def run_cell(
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 resolved.workload.run(ctx)
+    except Counted:
+        pass  # a counting worker is done once its step is counted
     except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt):
             raise

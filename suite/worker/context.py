@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from suite.core import accuracy, stats
 from suite.core.spec import CellSpec
 from suite.worker.backends import Backend, MemoryTracker
-from suite.worker.counting import count_steps, steps_to_count
+from suite.worker.counting import Counted, count_steps, steps_to_count
 from suite.worker.measure import (
     BUDGETS,
     FLOOR_SAMPLES,
@@ -89,7 +89,7 @@ class WorkerContext(CellContext):
             self.items_per_iter = float(items_per_iter)
             self.unit = unit
             self.step = fn
-            return
+            raise Counted
         self.tracker = self.backend.memory_tracker()
         budget = BUDGETS[self.profile]
         if self.world_size > 1:

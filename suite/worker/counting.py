@@ -21,6 +21,7 @@ import ctypes
 import mmap
 import os
 import platform
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -82,6 +83,13 @@ def late_instrumentation() -> bool:
     return platform.machine() in ("x86_64", "AMD64")
 
 
+class Counted(BaseException):
+    """Raised by ctx.measure() in a counting worker once the step is counted: what a workload
+    does after measuring (references, correctness) is not counted, and under Valgrind it took
+    a third of a count's time. A BaseException, so that a workload's `except Exception` around
+    measure() does not swallow it."""
+
+
 def steps_to_count() -> int | None:
     """The steps this worker counts, when its parent started it to count them."""
     value = os.environ.get(COUNT_VAR, "").strip()
@@ -111,10 +119,13 @@ def count_steps(fn: Callable[[], Any], sync: Callable[[], None], steps: int) -> 
     requests = ClientRequests()
     if not requests.running_on_valgrind():
         raise RuntimeError("Valgrind did not answer a client request: nothing would be counted")
+    began = time.perf_counter()
     fn()
+    cold = time.perf_counter()
     for _ in range(WARMUP_CALLS):
         fn()
     sync()
+    warm = time.perf_counter()
     gc.collect()
     gc.disable()
     requests.start()
@@ -125,9 +136,16 @@ def count_steps(fn: Callable[[], Any], sync: Callable[[], None], steps: int) -> 
     finally:
         requests.stop()
         gc.enable()
+    counted = time.perf_counter()
     return {
         "steps": steps,
         "warmup_calls": 1 + WARMUP_CALLS,
         "threads": torch.get_num_threads(),
         "capability": torch.backends.cpu.get_cpu_capability(),
+        # Wall seconds under Valgrind: what a count costs, and where.
+        "wall_s": {
+            "cold": round(cold - began, 2),
+            "warmup": round(warm - cold, 2),
+            "counted": round(counted - warm, 2),
+        },
     }

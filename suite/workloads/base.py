@@ -119,7 +119,9 @@ class CellContext(ABC):
         unit: str | None = None,
         compiled: bool = False,
     ) -> None:
-        """Time fn: cold call (compile included), warmup, steady samples; track peak memory."""
+        """Time fn: cold call (compile included), warmup, steady samples; track peak memory.
+        In a worker that counts instructions it counts one call instead, and run() ends there:
+        what follows measure() is not run (it raises a BaseException the worker catches)."""
 
     @abstractmethod
     def check_accuracy(
