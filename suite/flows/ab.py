@@ -158,14 +158,16 @@ class Rounds:
                 self.runs[role].discard(spec, round_no)
         repeats = 0
         while True:
-            docs = {}
+            docs, kept_again = {}, False
             for role in order:
                 doc, reused = self.runs[role].execute(spec, round_no)
-                docs[role] = doc
+                docs[role], kept_again = doc, kept_again or reused
                 if self.progress is not None:
                     label = f"{spec.cell_id} [{role} r{round_no}{'+' * repeats}]"
                     self.progress.finished(label, doc, reused=reused)
-            if not any(disturbed(d) for d in docs.values()) or repeats == DISTURBED_REPEATS:
+            # A round kept on resume was settled when it ran: its reruns happened then.
+            calm = not any(disturbed(d) for d in docs.values())
+            if calm or kept_again or repeats == DISTURBED_REPEATS:
                 break
             if self.progress is not None:
                 self.progress.note(f"{spec.cell_id} r{round_no} disturbed by another process")
