@@ -462,7 +462,7 @@ def _counted(path: Path, spec: CellSpec) -> bool:
 def _trace_failures(
     decision: dict[str, Any], cells: Sequence[CellSpec], runs: dict[str, Run], out: Path
 ) -> dict[str, dict[str, str]]:
-    """Chrome traces of one more step per side for each cell failing a timing or memory gate."""
+    """Chrome traces of five more steps per side for each cell failing a timing or memory gate."""
     by_id = {c.cell_id: c for c in cells}
     artifacts: dict[str, dict[str, str]] = {}
     for cell in decision["cells"]:

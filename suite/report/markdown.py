@@ -231,7 +231,7 @@ def _section(cell: dict[str, Any], run_url: str | None = None) -> str:
     parts = [f"<details><summary>{summary}</summary>", status, "\n".join(table)]
     parts += _moved_parts(cell)
     if cell.get("ops"):
-        parts += ["Where the time went (one profiled step per side, self time):"]
+        parts += ["Where the time went (5 profiled steps per side, self time):"]
         parts += [render_op_diff(cell["ops"])]
     elif cell.get("ops_warning"):
         parts += [f"Where the time went: {md(cell['ops_warning'])}"]

@@ -221,7 +221,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     cell.add_argument("--run-id", required=True)
     cell.add_argument("--round", type=int, default=0)
     cell.add_argument("--path", action="append", default=[], help="prepend to sys.path (plugins)")
-    cell.add_argument("--trace", type=Path, help="also save a Chrome trace of one more step")
+    cell.add_argument("--trace", type=Path, help="also save a Chrome trace of five more steps")
     args = parser.parse_args(argv)
     if args.command == "probe":
         return run_probe(args.out)

@@ -295,8 +295,13 @@ def _threads() -> dict[str, Any]:
     }
 
 
+# Steps in a saved trace, after one unprofiled call: one step's op times are noise at smoke
+# sizes, and the op-level difference of two sides must show the change, not the noise.
+TRACE_STEPS = 5
+
+
 def write_trace(ctx: WorkerContext, path: Path) -> None:
-    """One more steady-state step under torch.profiler, saved as a Chrome trace."""
+    """TRACE_STEPS more steady-state steps under torch.profiler, saved as a Chrome trace."""
     from torch.profiler import ProfilerActivity, profile
 
     if ctx.step is None:
@@ -304,8 +309,11 @@ def write_trace(ctx: WorkerContext, path: Path) -> None:
     activities = [ProfilerActivity.CPU]
     if ctx.backend.device_type == "cuda":
         activities.append(ProfilerActivity.CUDA)
+    ctx.step()
+    ctx.backend.sync()
     with profile(activities=activities, record_shapes=True) as prof:
-        ctx.step()
+        for _ in range(TRACE_STEPS):
+            ctx.step()
         ctx.backend.sync()
     path.parent.mkdir(parents=True, exist_ok=True)
     prof.export_chrome_trace(str(path))
