@@ -55,10 +55,10 @@ def test_a_planted_matmul_tops_what_moved_and_where_the_time_went(tmp_path: Path
     top = gates["instructions"]["moved"][0]["function"].lower()
     assert "gemm" in top or "aten::mm" in top, gates["instructions"]["moved"][:3]
     assert gates["latency_p50"]["verdict"] == "fail", gates["latency_p50"]["message"]
-    # The planted matmul: 5 more calls in the 5 profiled steps, and more self time.
+    # The planted matmul: 5 more calls in the 5 profiled steps. Its self time is not asserted:
+    # a stall in one side's profiled steps can outweigh it, and a test reads no clock.
     (mm,) = [op for op in cell["ops"] if op["op"] == "aten::mm"]
     assert mm["candidate_calls"] == mm["baseline_calls"] + 5, cell["ops"]
-    assert mm["change_us"] > 0, cell["ops"]
     report = (out / "decision.md").read_text()
     assert "Where the time went" in report and "aten::mm" in report.replace("\\", "")
     assert code != 0, err
