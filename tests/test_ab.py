@@ -66,6 +66,8 @@ def test_a_a_has_no_latency_failures(tmp_path: Path) -> None:
     assert len(counted) == 2 and {g["verdict"] for g in counted} == {"pass"}, counted
     assert all("callgrind" in g["message"] and "1 thread" in g["message"] for g in counted)
     assert {"prepare", "setup", "counting", "rounds", "rollback"} <= set(decision["phases"])
+    # The rollback checks ran on the core the side done counting first left, not beside rounds.
+    assert decision["phases_beside"] == {"rollback": "counting"}
 
 
 @pytest.mark.skipif(

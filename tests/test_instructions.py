@@ -111,7 +111,7 @@ def test_what_moved_names_the_planted_function_first(tmp_path: Path) -> None:
     assert what_moved(base, [{**cand[0], "_run_dir": str(tmp_path / "gone")}]) == []
 
 
-def test_only_one_rank_cpu_cells_that_compile_nothing_are_counted() -> None:
+def test_one_rank_cpu_cells_are_counted_compiled_or_not_but_no_compile_sweeps() -> None:
     from suite.core.spec import CellSpec
 
     def spec(**kw: Any) -> CellSpec:
@@ -127,8 +127,37 @@ def test_only_one_rank_cpu_cells_that_compile_nothing_are_counted() -> None:
     assert countable(spec())
     assert not countable(spec(backend="cuda"))
     assert not countable(spec(workload="compile", ref="compile"))
-    assert not countable(spec(params=(("mode", "compiled"),)))
+    assert not countable(spec(workload="export", ref="export"))
+    # A compiled step compiles in its cold call, outside the count: it is counted.
+    assert countable(
+        spec(workload="flex_attention", ref="flex_attention", params=(("mode", "compiled"),))
+    )
     assert not countable(spec(ranks=2))
+
+
+def test_a_cells_counting_processes_share_its_inductor_cache_and_no_other_cell_does(
+    tmp_path: Path,
+) -> None:
+    """The second count of a compiled cell loads the graph the first compiled; a cell's count
+    never starts from another cell's compiled graphs."""
+    from suite.core.spec import CellSpec
+    from suite.execute.counting import Counter
+
+    def spec(mode: str) -> CellSpec:
+        return CellSpec(
+            workload="flex_attention", ref="flex_attention", backend="cpu", profile="smoke",
+            params=(("mask", "causal"), ("mode", mode)),
+        )  # fmt: skip
+
+    counter = Counter(tmp_path, sys.executable, {})
+    compiled, eager = spec("compiled"), spec("eager")
+    assert counter.inductor_cache(compiled) == counter.inductor_cache(spec("compiled"))
+    assert counter.inductor_cache(compiled) != counter.inductor_cache(eager)
+    cache = counter.inductor_cache(compiled)
+    cache.mkdir(parents=True)
+    (cache / "graph").write_text("compiled", encoding="utf-8")
+    counter.close()
+    assert not cache.exists()  # the run folder keeps the counts, not the compiled graphs
 
 
 @pytest.mark.skipif(

@@ -193,7 +193,11 @@ def _ab(
         count=count,
     )
     decision = run_ab(matrix, cells, resolved, base_side, cand_side, policy, options)
-    split = ", ".join(f"{k} {v:.0f} s" for k, v in decision.get("phases", {}).items())
+    beside = decision.get("phases_beside", {})
+    split = ", ".join(
+        f"{k} {v:.0f} s" + (f" (beside {beside[k]})" if k in beside else "")
+        for k, v in decision.get("phases", {}).items()
+    )
     click.echo(f"phases: {split}", err=True)
     write_reports(decision, out)
     click.echo(f"decision: {decision['decision']} — reports in {out}", err=True)

@@ -13,11 +13,12 @@ import math
 import shlex
 import shutil
 import time
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from suite.core.errors import InputError
 from suite.core.matrix import Matrix
@@ -41,6 +42,8 @@ from suite.judge.rollback import judge_rollback
 from suite.judge.sequential import TIMING_GATES, Design
 from suite.report.opdiff import op_diff
 from suite.workloads import Resolved
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -299,18 +302,14 @@ def run_ab(
             extra["image"] = side.image
         runs[role] = Run(matrix, options=run_options, cells=cells, resolved=resolved, extra=extra)
     comparable = not differences(runs["baseline"].environment, runs["candidate"].environment)
-    charged = 0.0
+    sides = {"baseline": baseline, "candidate": candidate}
+    checks = None
+    if options.rollback and "rollback" in policy.gates:
+        checks = rollback_checks(matrix, cells, resolved, sides, runs, options)
+    charged, checked = 0.0, False
     if options.count and "instructions" in policy.gates:
-        phases.begin("counting")
-        try:
-            count_cells(
-                cells, runs, {"baseline": baseline, "candidate": candidate}, options.progress
-            )
-        except BaseException:
-            for run in runs.values():
-                run.finish("interrupted")
-            raise
-        charged = counting_spent_s(cells, runs)
+        progress = options.progress
+        charged, checked = count_before_rounds(cells, runs, sides, progress, phases, checks)
     rounds = Rounds(runs, policy, design, comparable, options.progress, charged_s=charged)
     phases.begin("rounds")
     try:
@@ -325,22 +324,18 @@ def run_ab(
     for run in runs.values():
         run.doc["ab"]["design"] = final.as_dict()
         run.finish()
-    checks: list[Cell] = []
+    rollback_cells: list[Cell] = []
     rollback: dict[str, Any] | None = None
-    if options.rollback and "rollback" in policy.gates:
-        # Checks of a killed A/B are redone whole: their folders hold nothing worth keeping.
-        phases.begin("rollback")
-        for stale in ("rollback", "rehearsal"):
-            shutil.rmtree(options.out / stale, ignore_errors=True)
-        sides = {
-            "baseline": (baseline, runs["baseline"]),
-            "candidate": (candidate, runs["candidate"]),
-        }
-        run_checks(matrix, cells, resolved, sides, options.out)
-        checks, rollback = judge_rollback(options.out, policy)
+    if checks is not None:
+        if not checked:  # after the rounds, when no counting left a core for them
+            phases.begin("rollback")
+            checks()
+        rollback_cells, rollback = judge_rollback(options.out, policy)
     loaded_base = Loaded.load(options.out / "baseline", baseline.label)
     loaded_cand = Loaded.load(options.out / "candidate", candidate.label)
-    decision = decide(loaded_base, loaded_cand, policy, extra_cells=checks, rollback=rollback)
+    decision = decide(
+        loaded_base, loaded_cand, policy, extra_cells=rollback_cells, rollback=rollback
+    )
     if options.traces:
         phases.begin("traces")
         try:
@@ -354,20 +349,76 @@ def run_ab(
                 loaded_cand,
                 policy,
                 artifacts=artifacts,
-                extra_cells=checks,
+                extra_cells=rollback_cells,
                 rollback=rollback,
             )
             add_op_diffs(decision, artifacts)
     decision["phases"] = phases.done()
+    if phases.overlapping:
+        decision["phases_beside"] = dict(phases.overlapping)
     return decision
 
 
+def rollback_checks(
+    matrix: Matrix,
+    cells: Sequence[CellSpec],
+    resolved: dict[str, Resolved],
+    sides: dict[str, Side],
+    runs: dict[str, Run],
+    options: AbOptions,
+) -> Callable[[], float]:
+    """The rollback checks of this A/B, to run once; they return their wall seconds."""
+
+    def checks() -> float:
+        began = time.monotonic()
+        if options.progress is not None:
+            options.progress.note("rollback checks (checkpoints both ways, the rehearsal)")
+        # Checks of a killed A/B are redone whole: their folders hold nothing worth keeping.
+        for stale in ("rollback", "rehearsal"):
+            shutil.rmtree(options.out / stale, ignore_errors=True)
+        pairs = {role: (sides[role], runs[role]) for role in runs}
+        run_checks(matrix, cells, resolved, pairs, options.out)
+        return time.monotonic() - began
+
+    return checks
+
+
+def count_before_rounds(
+    cells: Sequence[CellSpec],
+    runs: dict[str, Run],
+    sides: dict[str, Side],
+    progress: Progress | None,
+    phases: Phases,
+    checks: Callable[[], float] | None,
+) -> tuple[float, bool]:
+    """The counting processes, before the rounds, with the rollback checks (when given) on the
+    core that the side done counting first leaves idle: an instruction count does not depend
+    on what else runs, a round's clock would. Returns the counting's wall time, charged to the
+    rounds' budget, and whether the checks ran."""
+    phases.begin("counting")
+    try:
+        beside_s = count_cells(cells, runs, sides, progress, then=checks)
+    except BaseException:
+        for run in runs.values():
+            run.finish("interrupted")
+        raise
+    if beside_s is not None:
+        phases.beside("rollback", "counting", beside_s)
+    return counting_spent_s(cells, runs), beside_s is not None
+
+
 class Phases:
-    """Wall seconds of each phase of an A/B, in the order they ran: where its time went."""
+    """Wall seconds of each phase of an A/B, in the order they ran: where its time went. A
+    phase that ran beside another is named in `overlapping`, with the one it ran beside."""
 
     def __init__(self, known: dict[str, float]) -> None:
         self.seconds = {name: round(value, 1) for name, value in known.items()}
+        self.overlapping: dict[str, str] = {}
         self._current: tuple[str, float] | None = None
+
+    def beside(self, name: str, other: str, seconds: float) -> None:
+        self.seconds[name] = round(seconds, 1)
+        self.overlapping[name] = other
 
     def begin(self, name: str) -> None:
         self._end()
@@ -403,11 +454,13 @@ def count_cells(
     runs: dict[str, Run],
     sides: dict[str, Side],
     progress: Progress | None,
-) -> None:
+    then: Callable[[], T] | None = None,
+) -> T | None:
     """The counting processes of the instructions gate, before the rounds, for every countable
     cell: REPLICATES per side. The two sides count at once, one thread each (a count runs on
     one thread, and instructions do not depend on what else runs). A record already counted
-    (a resumed A/B) stays."""
+    (a resumed A/B) stays. `then` starts when the first side is done, beside the other side's
+    counting; what it returns is returned."""
     todo = [spec for spec in cells if countable(spec)]
 
     def count_side(role: str) -> None:
@@ -430,9 +483,25 @@ def count_cells(
         finally:
             counter.close()
 
-    with ThreadPoolExecutor(max_workers=len(runs)) as pool:
-        for done in [pool.submit(count_side, role) for role in runs]:
-            done.result()
+    return side_by_side([partial(count_side, role) for role in runs], then)
+
+
+def side_by_side(tasks: Sequence[Callable[[], None]], then: Callable[[], T] | None) -> T | None:
+    """The tasks at once, and `then` once the first of them has finished without an error, on
+    the thread it leaves; every task's error is raised, after `then` is done."""
+    with ThreadPoolExecutor(max_workers=len(tasks) + 1) as pool:
+        started = [pool.submit(task) for task in tasks]
+        after = None
+        if then is not None:
+            first, _ = wait(started, return_when=FIRST_COMPLETED)
+            if all(done.exception() is None for done in first):
+                after = pool.submit(then)
+        try:
+            for done in started:
+                done.result()
+        finally:
+            result = after.result() if after is not None else None
+        return result
 
 
 def counting_spent_s(cells: Sequence[CellSpec], runs: dict[str, Run]) -> float:

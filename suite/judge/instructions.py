@@ -84,8 +84,8 @@ def instructions_gate(
     gate: Gate, base: Sequence[Record], cand: Sequence[Record], results: Sequence[Record] = ()
 ) -> GateRecord | None:
     """The verdict from both sides' counting processes; None for a cell the gate does not
-    apply to (a GPU cell, a compiled one, a cell of several ranks). A cell it applies to that
-    nobody counted is untested, never a silent pass."""
+    apply to (a GPU cell, a cell of several ranks, a compile or export sweep). A cell it
+    applies to that nobody counted is untested, never a silent pass."""
     if not base and not cand:
         if not any(_applies(r) for r in results):
             return None
