@@ -88,6 +88,29 @@ def test_a_side_that_could_not_count_leaves_the_gate_untested_with_the_reason() 
     assert other is not None and other["verdict"] == "not-comparable"
 
 
+def test_a_step_unsupported_on_both_pins_is_unsupported_and_on_one_untested() -> None:
+    why = "FlexAttention does not support backward on CPU."
+    unsupported = [{"status": "unsupported", "failure": {"message": why}}] * REPLICATES
+    both = instructions_gate(GATE, unsupported, unsupported)
+    assert both is not None and both["verdict"] == "unsupported"
+    assert why in both["message"] and "both pins" in both["message"]
+    # Only the candidate lost the step: that is no finding of both, and never a pass.
+    one = instructions_gate(GATE, [_count(1e7), _count(1e7)], unsupported)
+    assert one is not None and one["verdict"] == "untested" and why in one["message"]
+
+
+def test_the_decision_summary_says_in_how_many_cells_instructions_decided() -> None:
+    from suite.judge.rules import timing_lines
+
+    def cell(verdict: str) -> dict[str, Any]:
+        return {"gates": [{"gate": "instructions", "verdict": verdict}]}
+
+    cells = [cell("pass"), cell("pass"), cell("improved"), cell("unsupported")]
+    (line,) = timing_lines(cells)
+    assert line.startswith("instructions decided in 3 of 4 cells")
+    assert "1 unsupported" in line
+
+
 def test_what_moved_names_the_planted_function_first(tmp_path: Path) -> None:
     def side(name: str, functions: dict[str, int], per_step: float) -> list[dict[str, Any]]:
         listing = "".join(f"{total}\t{fn}\n" for fn, total in functions.items())

@@ -90,6 +90,14 @@ def instructions_gate(
         if not any(_applies(r) for r in results):
             return None
         return gate_result(gate, "untested", NOT_COUNTED, unit="instructions")
+    unsupported = [r for r in [*base, *cand] if r.get("status") == "unsupported"]
+    if base and cand and len(unsupported) == len(base) + len(cand):
+        # As the correctness gate says of such a cell: a finding of both pins, not a gap.
+        why = str((unsupported[-1].get("failure") or {}).get("message") or "").splitlines()
+        message = "unsupported on both pins, no step to count" + (
+            f": {why[0][:300]}" if why else ""
+        )
+        return gate_result(gate, "unsupported", message, unit="instructions")
     b, c = per_step(base), per_step(cand)
     for values, records, side in ((b, base, "baseline"), (c, cand, "candidate")):
         if len(values) < REPLICATES:

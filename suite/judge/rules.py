@@ -140,14 +140,19 @@ def _adopt_line(rows: list[dict[str, Any]]) -> str:
     return f"no rule blocks any of {_count(len(rows), 'row')}: " + "; ".join(parts)
 
 
+# The gates a summary line follows: the timing gates, and the instruction count beside them.
+SUMMARIZED = (*TIMING_GATES, "instructions")
+
+
 def timing_lines(cells: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Per timing gate: in how many cells it decided, after how many rounds, and why not."""
+    """Per timing gate and the instructions gate: in how many cells it decided, after how many
+    rounds, and why not."""
     found: dict[str, list[Mapping[str, Any]]] = {}
     for cell in cells:
         for gate in cell["gates"]:
-            if gate["gate"] in TIMING_GATES:
+            if gate["gate"] in SUMMARIZED:
                 found.setdefault(gate["gate"], []).append(gate)
-    return [_timing_line(name, found[name]) for name in TIMING_GATES if name in found]
+    return [_timing_line(name, found[name]) for name in SUMMARIZED if name in found]
 
 
 def _timing_line(name: str, gates: list[Mapping[str, Any]]) -> str:
