@@ -226,7 +226,7 @@ def test_an_unreadable_lock_runs_the_matrix_and_says_so(tmp_path: Path) -> None:
     code, _, _, artifacts = _pull_request(tmp_path, index, files, "Relock")
     log = (tmp_path / "act-pr.log").read_text()
     assert "torch pin unknown: uv.lock (head): not valid TOML" in log, log[-6000:]
-    decision_file = artifacts / "torch-matrix-comment" / "decision.json"
+    decision_file = artifacts / "torch-matrix-comment~pr-check" / "decision.json"
     assert decision_file.is_file(), log[-6000:]  # the matrix ran: no "no torch change"
     decision = json.loads(decision_file.read_text())
     assert decision["baseline"]["torch"].startswith("2.13.0")
@@ -254,7 +254,7 @@ def test_pull_request_to_sticky_comment(tmp_path: Path) -> None:
     )
     repo = tmp_path / "caller"
     log = (tmp_path / "act-pr.log").read_text()
-    decision_file = artifacts / "torch-matrix-comment" / "decision.json"
+    decision_file = artifacts / "torch-matrix-comment~pr-check" / "decision.json"
     assert decision_file.is_file(), log[-6000:]
     decision = json.loads(decision_file.read_text())
     assert decision["baseline"]["torch"].startswith("2.13.0")
@@ -264,7 +264,7 @@ def test_pull_request_to_sticky_comment(tmp_path: Path) -> None:
 
     # Each bench job built both images from images/cpu/Dockerfile (the second from the layer
     # cache, the same image) and ran its cells on them by digest.
-    jobs = sorted(artifacts.glob("torch-matrix-job-*"))
+    jobs = sorted(artifacts.glob("torch-matrix-job~pr-check~*"))
     assert len(jobs) == 2, jobs  # one cell per job: sdpa, and the team's plugin
     for job in jobs:
         built = _images(job)
@@ -319,6 +319,36 @@ def test_pull_request_to_sticky_comment(tmp_path: Path) -> None:
     original = json.loads((job / "candidate" / "cells" / f"{failing['cell_id']}.json").read_text())
     assert record["status"] == "failed"
     assert record["failure"]["message"] == original["failure"]["message"]
+
+
+def test_a_run_that_decided_nothing_leaves_the_comment_workflow_green(tmp_path: Path) -> None:
+    """A pull request with no torch change uploads no decision: the comment workflow says so and
+    ends green, posting nothing, instead of failing on an artifact that is not there."""
+    index = _needs_act()
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--system-site-packages", str(tmp_path / "venv")], check=True
+    )
+    repo, _, _ = _caller(tmp_path)
+    artifacts = tmp_path / "artifacts"
+    artifacts.mkdir()
+    run = _example(index, "workflow_run", lambda x: x["workflow_run"]["pull_requests"])
+    run["workflow_run"]["event"] = "pull_request"
+    run["workflow_run"]["name"] = "torch-matrix PR"
+    number = run["workflow_run"]["pull_requests"][0]["number"]
+    payload = tmp_path / "workflow_run.json"
+    payload.write_text(json.dumps(run))
+    env = {
+        "TORCH_MATRIX_LOCAL_ARTIFACTS": str(artifacts),
+        "PATH": f"{tmp_path / 'venv' / 'bin'}{os.pathsep}{os.environ['PATH']}",
+    }
+    with FakeGitHub(TOKEN, installation=True) as server:
+        env["GITHUB_API_URL"] = server.base_url
+        code = _act(repo, "workflow_run", payload, env, tmp_path / "act-comment.log")
+        posted = server.comments(OWNER_REPO, number)
+    log = (tmp_path / "act-comment.log").read_text()
+    assert code == 0, log[-6000:]
+    assert "no decision in the run" in log, log[-6000:]
+    assert posted == []
 
 
 def _code_blocks(markdown: str) -> list[str]:

@@ -41,6 +41,15 @@ def test_aggregate_joins_jobs_into_one_decision(tmp_path: Path) -> None:
     assert summary.read_text() == (out / "decision.md").read_text()  # it fits: whole
 
 
+def test_a_job_is_named_by_its_artifact_with_or_without_the_matrix_name() -> None:
+    from suite.flows.aggregate import job_name
+
+    assert job_name(Path("jobs/torch-matrix-job~pr-check~cpu-1")) == "cpu-1"
+    assert job_name(Path("jobs/torch-matrix-job~nightly.v2~cuda-3")) == "cuda-3"
+    assert job_name(Path("jobs/torch-matrix-job-cpu-1")) == "cpu-1"
+    assert job_name(Path("jobs/results")) == "results"
+
+
 def test_aggregate_of_a_folder_without_jobs_names_it(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     code, _, stderr = cli("aggregate", str(tmp_path / "empty"), "--out", str(tmp_path / "d"))

@@ -180,7 +180,19 @@ def test_plan_cli_prints_one_line_and_writes_github_output(
     [line] = result.stdout.splitlines()
     strategy = json.loads(line)
     assert [job["job"] for job in strategy["include"]] == ["cpu-1", "cpu-2"]
-    assert out.read_text() == f"matrix={line}\n"
+    assert out.read_text() == f"matrix={line}\nname=default\n"
+
+
+def test_plan_names_the_matrix_for_artifact_names_with_unsafe_characters_replaced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "github_output"
+    monkeypatch.setenv("GITHUB_OUTPUT", str(out))
+    matrix = tmp_path / "nightly gpu:all.yaml"  # no name: field, so the file's stem
+    matrix.write_text("version: 1\nbackends: [cpu]\nworkloads:\n  - workload: sdpa\n")
+    result = CliRunner().invoke(plan_command, ["--matrix", str(matrix)], catch_exceptions=False)
+    assert result.exit_code == 0, result.stderr
+    assert out.read_text().splitlines()[-1] == "name=nightly-gpu-all"
 
 
 def test_plan_cli_bad_input_exits_2(tmp_path: Path) -> None:

@@ -17,10 +17,36 @@ def _workflow() -> dict[str, Any]:
     return doc
 
 
-def test_one_run_per_pull_request_and_newer_pushes_cancel_older() -> None:
+def test_one_run_per_pull_request_and_matrix_and_newer_pushes_cancel_older() -> None:
     concurrency = _workflow()["concurrency"]
     assert "github.event.pull_request.number" in concurrency["group"]
+    assert "inputs.matrix-file" in concurrency["group"]  # a second matrix is not cancelled
     assert concurrency["cancel-in-progress"] is True
+
+
+def test_every_artifact_of_a_run_carries_its_matrix_name() -> None:
+    """Two matrices of one repository neither overwrite nor read each other's results: the
+    bench jobs' artifacts, the aggregate's download of them and the decision it uploads are
+    all named after the matrix (plan's name output), and the comment workflow comments once
+    per decision artifact, under that name."""
+    jobs = _workflow()["jobs"]
+    assert jobs["plan"]["outputs"]["matrix-name"] == "${{ steps.plan.outputs.name }}"
+    name = "${{ needs.plan.outputs.matrix-name }}"
+    bench = next(s for s in jobs["bench"]["steps"] if "artifact-name" in s.get("with", {}))
+    assert bench["with"]["artifact-name"] == f"torch-matrix-job~{name}~${{{{ matrix.job }}}}"
+    steps = {s.get("name"): s for s in jobs["aggregate"]["steps"]}
+    assert steps["Download every job's results"]["with"]["pattern"] == f"torch-matrix-job~{name}~*"
+    collect = steps["Collect every job's results (offline runs)"]
+    assert collect["env"]["MATRIX_NAME"] == name and '~"$MATRIX_NAME"~*' in collect["run"]
+    upload = steps["Upload the decision for the comment workflow"]
+    assert upload["with"]["name"] == f"torch-matrix-comment~{name}"
+    keep = steps["Keep the decision in a local folder (offline runs)"]
+    assert keep["env"]["FOLDER"] == f"torch-matrix-comment~{name}"
+    comment = yaml.safe_load((WORKFLOW.parent / "torch-matrix-comment.yml").read_text())
+    posts = {s.get("name"): s for s in comment["jobs"]["comment"]["steps"]}
+    assert posts["Download the decision artifacts"]["with"]["pattern"] == "torch-matrix-comment~*"
+    post = posts["Post or update the sticky comment of each matrix"]["run"]
+    assert '--name "$name"' in post and "exit 0" in post
 
 
 def test_a_cancelled_run_never_decides() -> None:

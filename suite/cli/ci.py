@@ -7,6 +7,7 @@ imports no other command module.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -203,9 +204,9 @@ def plan_command(
 
     Each entry is a job: job, backend, runs-on (from the matrix's runners, or defaults),
     cells (space-separated cell ids, for `ab --cell`) and cell_count. With GITHUB_OUTPUT set,
-    also writes the step output matrix. With a calibration (--calibration, or one in the
-    current directory), warns on stderr where a threshold of the policy is below what this
-    runner can resolve.
+    also writes the step outputs matrix and name (the matrix's name, for artifact names).
+    With a calibration (--calibration, or one in the current directory), warns on stderr
+    where a threshold of the policy is below what this runner can resolve.
     """
     from suite.cli.options import checked_select
     from suite.flows.plan import plan
@@ -215,6 +216,9 @@ def plan_command(
     warn_below_resolution(calibration_file, cells, lambda: load_policy(policy_file, policy_profile))
     strategy = plan(matrix, cells, max_jobs=max_jobs, cells_per_job=cells_per_job)
     line = json.dumps(strategy, separators=(",", ":"))
-    write_github_output({"matrix": line})
+    # The artifact names of a run carry the matrix's name, so that two matrices of one
+    # repository neither overwrite nor read each other's results.
+    name = re.sub(r"[^A-Za-z0-9_.-]", "-", matrix.name) or "default"
+    write_github_output({"matrix": line, "name": name})
     click.echo(f"{len(cells)} cells in {len(strategy['include'])} jobs", err=True)
     click.echo(line)

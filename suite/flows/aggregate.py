@@ -35,12 +35,20 @@ def job_dirs(roots: Sequence[Path]) -> list[Path]:
     return found
 
 
+def job_name(job: Path) -> str:
+    """A bench job's name from its results folder: torch-matrix-job~MATRIX~JOB (the artifact
+    the reusable workflow uploads), torch-matrix-job-JOB before matrix names, or the folder."""
+    if job.name.startswith("torch-matrix-job~"):
+        return job.name.rpartition("~")[2]
+    return job.name.removeprefix("torch-matrix-job-")
+
+
 def aggregate(jobs: Sequence[Path], policy: Policy, *, notes: Sequence[str] = ()) -> dict[str, Any]:
     decisions = []
     rollbacks: dict[str, Any] = {}
     for job in jobs:
         checks, rollback = judge_rollback(job, policy)  # judged again, under this policy
-        name = job.name.removeprefix("torch-matrix-job-")
+        name = job_name(job)
         for cell in checks:  # one row per job: the runners differ
             cell["cell_id"] = cell["cell_id"].replace("@any", f"@{name}")
             cell["row_id"] = f"rollback@{name}"
