@@ -91,7 +91,8 @@ def _caller(
         f"      python: {tmp / 'venv' / 'bin' / 'python'}\n      sides: {sides}\n"
     )
     matrix = (
-        "version: 1\nname: pr-check\nbackends: [cpu]\nworkloads:\n"
+        # cuda has no runners named: it must not be planned, and the decision says so.
+        "version: 1\nname: pr-check\nbackends: [cpu, cuda]\nworkloads:\n"
         "  - workload: sdpa\n    grid: {mask: [causal], dtype: [fp32]}\n"
     )
     if sides == "images":
@@ -232,6 +233,10 @@ def test_an_unreadable_lock_runs_the_matrix_and_says_so(tmp_path: Path) -> None:
     assert decision["baseline"]["torch"].startswith("2.13.0")
     assert decision["candidate"]["torch"].startswith("2.13.0")  # what could be read
     assert any("torch pin unknown: uv.lock (head)" in r for r in decision["reasons"])
+    assert any(
+        r.startswith("not planned, no runners named: cuda (1 cell)") for r in decision["reasons"]
+    )
+    assert {c["backend"] for c in decision["cells"] if c["workload"] != "rollback"} == {"cpu"}
     assert (code == 0) == (decision["decision"] in ("adopt", "isolate")), log[-3000:]
 
 

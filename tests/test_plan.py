@@ -15,12 +15,22 @@ from suite.cli.ci import plan_command
 from suite.core.errors import InputError
 from suite.core.matrix import Matrix, expand, load_matrix, select
 from suite.core.spec import CellSpec
-from suite.flows.plan import COMPILED_COST, DEFAULT_RUNNERS, GITHUB_MAX_JOBS, cell_cost, plan
+from suite.flows.plan import (
+    COMPILED_COST,
+    DEFAULT_RUNNERS,
+    GITHUB_MAX_JOBS,
+    TYPICAL_RUNNERS,
+    cell_cost,
+    plan,
+    unplanned,
+    unplanned_note,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def matrix(runners: dict[str, list[str]] | None = None) -> Matrix:
+    """A matrix whose every backend has runners named (the typical labels), unless given."""
     return Matrix(
         name="synthetic",
         file="synthetic.yaml",
@@ -29,7 +39,7 @@ def matrix(runners: dict[str, list[str]] | None = None) -> Matrix:
         backends=("cpu", "cuda", "rocm", "mps"),
         timeout_s=600.0,
         entries=[],
-        runners=runners or {},
+        runners={b: list(v) for b, v in TYPICAL_RUNNERS.items()} if runners is None else runners,
     )
 
 
@@ -48,13 +58,15 @@ def ids_by_job(strategy: dict[str, Any]) -> list[list[str]]:
 
 
 def test_one_cell_per_job_when_it_fits_with_default_labels() -> None:
-    strategy = plan(matrix(), cells(2, ("cpu", "cuda")))
+    runners = {"cuda": ["self-hosted", "linux", "cuda"]}
+    strategy = plan(matrix(runners), cells(2, ("cpu", "cuda")))
+    labels = {"cpu": list(DEFAULT_RUNNERS["cpu"]), "cuda": runners["cuda"]}
     assert strategy == {
         "include": [
             {
                 "job": f"{backend}-{n}",
                 "backend": backend,
-                "runs-on": list(DEFAULT_RUNNERS[backend]),
+                "runs-on": labels[backend],
                 "cells": f"w.{n - 1}.eager@{backend}",
                 "cell_count": 1,
             }
@@ -62,7 +74,26 @@ def test_one_cell_per_job_when_it_fits_with_default_labels() -> None:
             for n in (1, 2)
         ]
     }
-    assert DEFAULT_RUNNERS["mps"] == ("self-hosted", "macOS", "ARM64")
+    assert DEFAULT_RUNNERS == {"cpu": ("self-hosted", "linux", "x64")}
+
+
+def test_a_backend_without_runners_is_not_planned_and_the_note_says_how_to_plan_it() -> None:
+    selected = cells(3, ("cpu", "cuda", "mps"))
+    strategy = plan(matrix({}), selected)
+    assert {job["backend"] for job in strategy["include"]} == {"cpu"}
+    assert unplanned(matrix({}), selected) == {"cuda": 3, "mps": 3}
+    note = unplanned_note(unplanned(matrix({}), selected))
+    assert note.startswith("not planned, no runners named: cuda (3 cells), mps (3 cells)")
+    assert "cuda: [self-hosted, linux, cuda]" in note and "mps: [self-hosted, macOS, ARM64]" in note
+    # Labels named by plan's runners (the workflow's input) plan it, over the matrix's.
+    given = {"cuda": ["self-hosted", "linux", "h100"]}
+    named = plan(matrix({"cuda": ["x"]}), selected, runners=given)
+    assert {tuple(j["runs-on"]) for j in named["include"] if j["backend"] == "cuda"} == {
+        ("self-hosted", "linux", "h100")
+    }
+    assert unplanned(matrix({}), selected, given) == {"mps": 3}
+    with pytest.raises(InputError, match="nothing to plan, no runners named: cuda"):
+        plan(matrix({}), cells(1, ("cuda",)))
 
 
 def test_runner_labels_come_from_the_matrix() -> None:
@@ -125,7 +156,7 @@ def test_what_cannot_fit_is_an_input_error() -> None:
         plan(matrix(), cells(1, ("cpu", "cuda", "rocm", "mps")), max_jobs=3)
     with pytest.raises(InputError, match="max jobs"):
         plan(matrix(), cells(1), max_jobs=GITHUB_MAX_JOBS + 1)
-    with pytest.raises(InputError, match="no runner labels"):
+    with pytest.raises(InputError, match="nothing to plan, no runners named: xpu"):
         plan(matrix(), [CellSpec("w", "w", (), "xpu", "smoke")])
     with pytest.raises(InputError, match="no cells"):
         plan(matrix(), [])
@@ -136,13 +167,24 @@ def test_duplicate_cells_run_once() -> None:
     assert sum(job["cell_count"] for job in strategy["include"]) == 3
 
 
-def test_built_in_matrix_plans_every_cell() -> None:
+def test_built_in_matrix_plans_its_cpu_cells_and_names_the_backends_without_runners() -> None:
     built_in = load_matrix(None)
     selected, _ = expand(built_in)
     strategy = plan(built_in, selected, max_jobs=8)
+    cpu = [c for c in selected if c.backend == "cpu"]
     assert len(strategy["include"]) == 8
-    assert sum(job["cell_count"] for job in strategy["include"]) == len(selected)
-    assert {job["backend"] for job in strategy["include"]} == {"cpu", "cuda", "rocm", "mps"}
+    assert sum(job["cell_count"] for job in strategy["include"]) == len(cpu)
+    assert {job["backend"] for job in strategy["include"]} == {"cpu"}
+    # No job waits on labels no runner has: the GPU and macOS cells are named, not queued.
+    per_backend = len(selected) // 4
+    assert unplanned(built_in, selected) == {
+        "cuda": per_backend,
+        "rocm": per_backend,
+        "mps": per_backend,
+    }
+    gpus = {"cuda": ["self-hosted", "linux", "h100"], "mps": ["self-hosted", "macOS"]}
+    named = plan(built_in, selected, max_jobs=8, runners=gpus)
+    assert {job["backend"] for job in named["include"]} == {"cpu", "cuda", "mps"}
 
 
 def readme_matrix() -> str:
@@ -156,7 +198,7 @@ def readme_matrix() -> str:
 def test_readme_example_matrix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(REPO)  # the example names examples/sink_mask.py from the checkout
     path = tmp_path / "nightly.yaml"
-    path.write_text(readme_matrix() + "runners:\n  cuda: [self-hosted, linux, h100]\n")
+    path.write_text(readme_matrix())  # it names its cuda runners
     example = select(load_matrix(path), [], [], None)
     selected, _ = expand(example)
     strategy = plan(example, selected, max_jobs=3)
@@ -180,7 +222,7 @@ def test_plan_cli_prints_one_line_and_writes_github_output(
     [line] = result.stdout.splitlines()
     strategy = json.loads(line)
     assert [job["job"] for job in strategy["include"]] == ["cpu-1", "cpu-2"]
-    assert out.read_text() == f"matrix={line}\nname=default\n"
+    assert out.read_text() == f"matrix={line}\nname=default\nunplanned=\n"
 
 
 def test_plan_names_the_matrix_for_artifact_names_with_unsafe_characters_replaced(
@@ -192,7 +234,25 @@ def test_plan_names_the_matrix_for_artifact_names_with_unsafe_characters_replace
     matrix.write_text("version: 1\nbackends: [cpu]\nworkloads:\n  - workload: sdpa\n")
     result = CliRunner().invoke(plan_command, ["--matrix", str(matrix)], catch_exceptions=False)
     assert result.exit_code == 0, result.stderr
-    assert out.read_text().splitlines()[-1] == "name=nightly-gpu-all"
+    assert "name=nightly-gpu-all" in out.read_text().splitlines()
+
+
+def test_plan_cli_writes_what_it_did_not_plan_and_refuses_bad_runners(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "github_output"
+    monkeypatch.setenv("GITHUB_OUTPUT", str(out))
+    argv = ["--workload", "sdpa", "--backend", "cpu", "--backend", "rocm"]
+    result = CliRunner().invoke(plan_command, argv, catch_exceptions=False)
+    assert result.exit_code == 0, result.stderr
+    assert "warning: not planned, no runners named: rocm (4 cells)" in result.stderr
+    assert "unplanned=not planned, no runners named: rocm (4 cells)" in out.read_text()
+    named = [*argv, "--runners", '{"rocm": ["self-hosted", "linux", "mi300"]}']
+    result = CliRunner().invoke(plan_command, named, catch_exceptions=False)
+    assert result.exit_code == 0 and "mi300" in result.stdout and "warning" not in result.stderr
+    for bad in ("{not json", '{"rocm": "mi300"}', '["mi300"]'):
+        result = CliRunner().invoke(plan_command, [*argv, "--runners", bad])
+        assert result.exit_code == 2 and "--runners" in result.stderr, (bad, result.stderr)
 
 
 def test_plan_cli_bad_input_exits_2(tmp_path: Path) -> None:

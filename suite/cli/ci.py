@@ -186,6 +186,14 @@ def _output_value(value: Any) -> str:
     type=click.IntRange(min=1),
     help="Most cells in one job (default: as many jobs as --max-jobs allows).",
 )
+@click.option(
+    "--runners",
+    "runners_json",
+    metavar="JSON",
+    help="Runner labels per backend, over the matrix's runners: (e.g. '{\"cuda\": "
+    '["self-hosted", "linux", "h100"]}\'). A backend without labels, other than cpu, is not '
+    "planned.",
+)
 @policy_options
 @calibration_option
 @handles_errors
@@ -196,6 +204,7 @@ def plan_command(
     size: str | None,
     max_jobs: int,
     cells_per_job: int | None,
+    runners_json: str | None,
     policy_file: Path | None,
     policy_profile: str | None,
     calibration_file: Path | None,
@@ -209,16 +218,41 @@ def plan_command(
     where a threshold of the policy is below what this runner can resolve.
     """
     from suite.cli.options import checked_select
-    from suite.flows.plan import plan
+    from suite.flows.plan import plan, unplanned, unplanned_note
     from suite.judge.policy import load_policy
 
+    runners = _runners(runners_json)
     matrix, cells, _ = checked_select(matrix_file, workloads, backends, (), size)
     warn_below_resolution(calibration_file, cells, lambda: load_policy(policy_file, policy_profile))
-    strategy = plan(matrix, cells, max_jobs=max_jobs, cells_per_job=cells_per_job)
+    strategy = plan(matrix, cells, max_jobs=max_jobs, cells_per_job=cells_per_job, runners=runners)
     line = json.dumps(strategy, separators=(",", ":"))
+    skipped = unplanned(matrix, cells, runners)
+    note = unplanned_note(skipped) if skipped else ""
     # The artifact names of a run carry the matrix's name, so that two matrices of one
     # repository neither overwrite nor read each other's results.
     name = re.sub(r"[^A-Za-z0-9_.-]", "-", matrix.name) or "default"
-    write_github_output({"matrix": line, "name": name})
-    click.echo(f"{len(cells)} cells in {len(strategy['include'])} jobs", err=True)
+    write_github_output({"matrix": line, "name": name, "unplanned": note})
+    planned = sum(job["cell_count"] for job in strategy["include"])
+    click.echo(f"{planned} cells in {len(strategy['include'])} jobs", err=True)
+    if note:
+        click.echo(f"warning: {note}", err=True)
     click.echo(line)
+
+
+def _runners(text: str | None) -> dict[str, list[str]]:
+    """--runners: a JSON object of backend -> list of labels."""
+    if not text or not text.strip():
+        return {}
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"not JSON: {exc}", option="--runners") from exc
+    if not isinstance(doc, dict) or not all(
+        isinstance(v, list) and all(isinstance(x, str) and x for x in v) for v in doc.values()
+    ):
+        raise InputError(
+            'must be an object of backend -> list of labels, e.g. {"cuda": ["self-hosted", '
+            '"linux", "h100"]}',
+            option="--runners",
+        )
+    return {str(k): list(v) for k, v in doc.items()}

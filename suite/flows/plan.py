@@ -12,6 +12,7 @@ rank count times that, because it starts one process per rank.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from suite.core.errors import InputError
@@ -21,8 +22,13 @@ from suite.core.spec import CellSpec
 GITHUB_MAX_JOBS = 256  # GitHub's limit on the jobs one matrix may generate
 COMPILED_COST = 4
 COMPILING_WORKLOADS = frozenset({"compile", "export"})
-DEFAULT_RUNNERS: dict[str, tuple[str, ...]] = {
-    "cpu": ("self-hosted", "linux", "x64"),
+# The labels a backend runs on when nobody named its runners: the CPU's alone, which the plan
+# and aggregate jobs run on too. A GPU or macOS backend is planned only where its runners are
+# named (the matrix's `runners:`, or plan's runners), so that no job waits a day on labels no
+# runner has; otherwise it is not planned, and the decision says so.
+DEFAULT_RUNNERS: dict[str, tuple[str, ...]] = {"cpu": ("self-hosted", "linux", "x64")}
+# What a team's runners of the other backends are usually labelled: the hint in the message.
+TYPICAL_RUNNERS: dict[str, tuple[str, ...]] = {
     "cuda": ("self-hosted", "linux", "cuda"),
     "rocm": ("self-hosted", "linux", "rocm"),
     "mps": ("self-hosted", "macOS", "ARM64"),
@@ -35,16 +41,37 @@ def cell_cost(cell: CellSpec) -> int:
     return (COMPILED_COST if compiled else 1) * max(1, cell.ranks)
 
 
-def runner_labels(matrix: Matrix, backend: str) -> list[str]:
-    """The `runs-on` labels of a backend's jobs: the matrix's `runners`, else the defaults."""
-    if backend in matrix.runners:
-        return list(matrix.runners[backend])
-    if backend in DEFAULT_RUNNERS:
-        return list(DEFAULT_RUNNERS[backend])
-    raise InputError(
-        f"no runner labels for backend {backend!r}; add them under runners: {{{backend}: [...]}}",
-        file=matrix.file,
-        path="$.runners",
+def runner_labels(
+    matrix: Matrix, backend: str, runners: Mapping[str, Sequence[str]] | None = None
+) -> list[str] | None:
+    """The `runs-on` labels of a backend's jobs: plan's runners, the matrix's, else the
+    default (the CPU's only); None for a backend nobody named runners for."""
+    for named in (runners or {}, matrix.runners, DEFAULT_RUNNERS):
+        if named.get(backend):
+            return list(named[backend])
+    return None
+
+
+def unplanned(
+    matrix: Matrix, cells: Sequence[CellSpec], runners: Mapping[str, Sequence[str]] | None = None
+) -> dict[str, int]:
+    """The backends no runner labels were named for, with their cell counts: not planned."""
+    counts: dict[str, int] = {}
+    for cell in {c.cell_id: c for c in cells}.values():
+        if runner_labels(matrix, cell.backend, runners) is None:
+            counts[cell.backend] = counts.get(cell.backend, 0) + 1
+    return counts
+
+
+def unplanned_note(counts: Mapping[str, int]) -> str:
+    """One line for the decision: which backends did not run, and how to make them run."""
+    parts = [f"{b} ({n} cell{'' if n == 1 else 's'})" for b, n in counts.items()]
+    hint = ", ".join(
+        f"{b}: [{', '.join(TYPICAL_RUNNERS.get(b, ('self-hosted', b)))}]" for b in counts
+    )
+    return (
+        f"not planned, no runners named: {', '.join(parts)}; to run them, name their labels "
+        f"under the matrix's runners: (e.g. {hint}) or in the workflow's runners input"
     )
 
 
@@ -91,11 +118,13 @@ def plan(
     *,
     max_jobs: int = GITHUB_MAX_JOBS,
     cells_per_job: int | None = None,
+    runners: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, Any]:
     """A `strategy.matrix` value: {"include": [one entry per job]}, deterministic for its input.
 
     Without cells_per_job the cells are spread over as many jobs as max_jobs allows (one cell
-    per job at most); with it, each job holds at most that many cells.
+    per job at most); with it, each job holds at most that many cells. Cells of a backend
+    without runners (unplanned()) get no job; a matrix of only such cells is an input error.
     """
     if not 1 <= max_jobs <= GITHUB_MAX_JOBS:
         raise InputError(f"max jobs must be 1 to {GITHUB_MAX_JOBS}, got {max_jobs}")
@@ -103,19 +132,26 @@ def plan(
         raise InputError(f"cells per job must be at least 1, got {cells_per_job}")
     if not cells:
         raise InputError("no cells to plan: GitHub refuses an empty matrix", file=matrix.file)
+    skipped = unplanned(matrix, cells, runners)
     groups: dict[str, list[CellSpec]] = {}
     seen: set[str] = set()
     for cell in cells:
-        if cell.cell_id not in seen:  # a cell runs once, however often it was selected
+        if cell.cell_id not in seen and cell.backend not in skipped:  # a cell runs once
             seen.add(cell.cell_id)
             groups.setdefault(cell.backend, []).append(cell)
+    if not groups:
+        raise InputError(
+            unplanned_note(skipped).replace("not planned", "nothing to plan", 1),
+            file=matrix.file,
+            path="$.runners",
+        )
     if len(groups) > max_jobs:
         raise InputError(
             f"{len(groups)} backends ({', '.join(groups)}) need at least {len(groups)} jobs, "
             f"more than the {max_jobs} allowed",
             option="--max-jobs",
         )
-    labels = {b: runner_labels(matrix, b) for b in groups}
+    labels = {b: runner_labels(matrix, b, runners) or [] for b in groups}
     include: list[dict[str, Any]] = []
     for backend, count in _jobs_per_backend(groups, max_jobs, cells_per_job).items():
         packed = _pack(groups[backend], count, cells_per_job)
