@@ -228,7 +228,9 @@ def test_plan_finds_the_calibration_in_the_current_directory(
     (work / "torch-matrix-calibration.json").write_bytes(calibrated.read_bytes())
     tight = _policy(tmp_path, p50=0.001)
     monkeypatch.chdir(work)
-    code, out, err = cli("plan", "--workload", planted("Quick"), "--policy", tight.file)
+    code, out, err = cli(
+        "plan", "--workload", planted("Quick"), "--backend", "cpu", "--policy", tight.file
+    )
     assert code == 0, err
     json.loads(out)  # the warnings go to stderr: stdout stays one line of JSON
     assert "using the calibration in torch-matrix-calibration.json" in err
