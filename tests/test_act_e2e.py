@@ -1,6 +1,10 @@
 """End to end on this machine with `act`: a pull request that bumps torch 2.13.0 -> 2.14.1 runs
-the reusable workflow (plan -> bench -> aggregate) through this repository as
-org/torch-matrix@v1, then the comment template posts the decision to a local GitHub stand-in.
+the reusable workflow (plan -> bench -> aggregate), called as a caller pins it, by commit SHA,
+then the comment workflow posts the decision to a local GitHub stand-in.
+
+The pinned commit is this checkout, published as commit A of a local repository whose later
+commit B carries an action that fails: every job must fetch and run the action and suite of A.
+act sets no job.workflow_sha (GitHub does), so the runner's fallback variables name it here.
 
 The bench job builds both pins' CPU images from images/cpu/Dockerfile on the runner (the offline
 base and the wheel cache that .ci/docker-setup.sh made: TORCH_MATRIX_TEST_BASE and
@@ -68,27 +72,57 @@ BUMP = (
 
 IMAGE_INPUTS = ("TORCH_MATRIX_TEST_BASE", "TORCH_MATRIX_TEST_WHEELS")
 PLUGIN = "plugins/team_bench.py"
+PUBLISHED = "torch-matrix/torch-matrix"  # the repository a caller names in uses:
+LATER = "the action of a later commit ran"
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """torch-matrix as a repository a caller pins: commit A holds this checkout's files (tracked
+    and untracked), the later commit B an action that fails at once. (repository, A)."""
+    src = tmp_path_factory.mktemp("published") / "torch-matrix"
+    listed = _git(REPO, "ls-files", "-co", "--exclude-standard", "-z").split("\0")
+    for name in filter(None, listed):
+        if (REPO / name).is_file():
+            (src / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, src / name)
+    _git(src, "init", "-q", "-b", "main")
+    _git(src, "add", "-A")
+    _git(src, "-c", "user.email=t@e", "-c", "user.name=t", "commit", "-qm", "A")
+    pinned = _git(src, "rev-parse", "HEAD")
+    action = (src / "action.yml").read_text()
+    (src / "action.yml").write_text(
+        action.replace("set -euo pipefail", f'echo "::error::{LATER}"; exit 1', 1)
+    )
+    _git(src, "-c", "user.email=t@e", "-c", "user.name=t", "commit", "-qam", "B")
+    return src, pinned
 
 
 def _caller(
     tmp: Path,
+    pinned: str,
     files: tuple[dict[str, str], dict[str, str]] = BUMP,
     message: str = "Bump torch",
     *,
     sides: str = "venv",
+    python: str = "",
+    drop_plugin: bool = False,
 ) -> tuple[Path, str, str]:
-    """A calling repository whose base commit holds files[0] and whose head commit files[1]. With
-    sides images, the bench job builds both pins' images offline, and the matrix holds a team's
-    plugin (tests/plugins/team_bench.py) beside sdpa."""
+    """A calling repository whose base commit holds files[0] and whose head commit files[1],
+    calling both workflows at commit `pinned`. With sides images, the bench job builds both
+    pins' images offline, and the matrix holds a team's plugin (tests/plugins/team_bench.py)
+    beside sdpa; drop_plugin removes it from the head's matrix."""
     repo = tmp / "caller"
     (repo / ".github" / "workflows").mkdir(parents=True)
-    shutil.copy(
-        REPO / ".github" / "workflows" / "torch-matrix-comment.yml", repo / ".github" / "workflows"
+    comment = (REPO / "examples" / "github" / "torch-matrix-comment.yml").read_text()
+    assert "torch-matrix-comment.yml@v1" in comment
+    (repo / ".github" / "workflows" / "torch-matrix-comment.yml").write_text(
+        comment.replace("torch-matrix-comment.yml@v1", f"torch-matrix-comment.yml@{pinned}")
     )
     inputs = (
         "    with:\n      matrix-file: .github/torch-matrix.yml\n"
         "      policy-file: .github/torch-matrix-policy.yml\n      rounds: 1\n"
-        f"      python: {tmp / 'venv' / 'bin' / 'python'}\n      sides: {sides}\n"
+        f"      python: {python or tmp / 'venv' / 'bin' / 'python'}\n      sides: {sides}\n"
     )
     matrix = (
         # cuda has no runners named: it must not be planned, and the decision says so.
@@ -103,7 +137,7 @@ def _caller(
         shutil.copy(REPO / "tests" / "plugins" / "team_bench.py", repo / PLUGIN)
     (repo / ".github" / "workflows" / "pr.yml").write_text(
         "name: torch-matrix PR\non: pull_request\npermissions:\n  contents: read\njobs:\n"
-        "  torch-matrix:\n    uses: org/torch-matrix/.github/workflows/torch-matrix.yml@v1\n"
+        f"  torch-matrix:\n    uses: {PUBLISHED}/.github/workflows/torch-matrix.yml@{pinned}\n"
         + inputs
     )
     (repo / ".github" / "torch-matrix.yml").write_text(matrix)
@@ -119,6 +153,10 @@ def _caller(
     base = _git(repo, "rev-parse", "HEAD")
     for name, text in files[1].items():
         (repo / name).write_text(text)
+    if drop_plugin:  # the pull request also drops the cell that fails from its matrix
+        (repo / ".github" / "torch-matrix.yml").write_text(
+            matrix.split(f"  - workload: {PLUGIN}")[0]
+        )
     _git(repo, "-c", "user.email=t@e", "-c", "user.name=t", "add", "-A")
     _git(repo, "-c", "user.email=t@e", "-c", "user.name=t", "commit", "-qm", message)
     head = _git(repo, "rev-parse", "HEAD")
@@ -139,7 +177,15 @@ STAND_IN = (
 )
 
 
-def _act(repo: Path, event: str, payload: Path, env: dict[str, str], log: Path) -> int:
+def _act(
+    repo: Path,
+    event: str,
+    payload: Path,
+    env: dict[str, str],
+    log: Path,
+    published: tuple[Path, str],
+) -> int:
+    source, pinned = published
     stand_in = log.parent / "stand-in"
     stand_in.mkdir(exist_ok=True)
     (stand_in / "action.yml").write_text(STAND_IN)
@@ -150,7 +196,7 @@ def _act(repo: Path, event: str, payload: Path, env: dict[str, str], log: Path) 
         str(payload),
         "--action-offline-mode",
         "--local-repository",
-        f"org/torch-matrix@v1={REPO}",
+        f"{PUBLISHED}@{pinned}={REPO}",  # the workflow files act reads (commit A's)
         "-s",
         f"GITHUB_TOKEN={TOKEN}",
     ]
@@ -158,7 +204,13 @@ def _act(repo: Path, event: str, payload: Path, env: dict[str, str], log: Path) 
         argv += ["--local-repository", f"{action}={stand_in}"]
     for label in LABELS:
         argv += ["-P", f"{label}=-self-hosted"]
-    for key, value in env.items():
+    # What GitHub's job.workflow_repository and job.workflow_sha say, and a mirror to fetch from.
+    fallback = {
+        "TORCH_MATRIX_WORKFLOW_REPOSITORY": PUBLISHED,
+        "TORCH_MATRIX_WORKFLOW_SHA": pinned,
+        "TORCH_MATRIX_SOURCE_URL": f"file://{source}",
+    }
+    for key, value in {**fallback, **env}.items():
         argv += ["--env", f"{key}={value}"]
     if "TORCH_MATRIX_COUNT" in os.environ:  # counting off unless a test asks (conftest.py)
         argv += ["--env", f"TORCH_MATRIX_COUNT={os.environ['TORCH_MATRIX_COUNT']}"]
@@ -186,18 +238,23 @@ def _needs_act(images: bool = False) -> Path:
 def _pull_request(
     tmp_path: Path,
     index: Path,
+    published: tuple[Path, str],
     files: tuple[dict[str, str], dict[str, str]],
     message: str,
     *,
     sides: str = "venv",
     env: dict[str, str] | None = None,
+    python: str = "",
+    drop_plugin: bool = False,
 ) -> tuple[int, dict[str, Any], dict[str, str], Path]:
     """act on a pull_request event for a caller whose head changes files[0] to files[1]: the
     exit code, the payload, the environment and the local artifacts folder."""
     subprocess.run(
         [sys.executable, "-m", "venv", "--system-site-packages", str(tmp_path / "venv")], check=True
     )
-    _, base, head = _caller(tmp_path, files, message, sides=sides)
+    _, base, head = _caller(
+        tmp_path, published[1], files, message, sides=sides, python=python, drop_plugin=drop_plugin
+    )
     artifacts = tmp_path / "artifacts"
     pr = _example(index, "pull_request", lambda x: x["action"] == "opened")
     pr["pull_request"]["base"]["sha"] = base
@@ -209,12 +266,35 @@ def _pull_request(
         "PATH": f"{tmp_path / 'venv' / 'bin'}{os.pathsep}{os.environ['PATH']}",
         **(env or {}),
     }
-    code = _act(tmp_path / "caller", "pull_request", pr_payload, env, tmp_path / "act-pr.log")
+    log = tmp_path / "act-pr.log"
+    code = _act(tmp_path / "caller", "pull_request", pr_payload, env, log, published)
+    text = log.read_text()
+    assert f"torch-matrix {PUBLISHED} at {published[1]}" in text, text[-6000:]
+    assert LATER not in text, text[-6000:]
     return code, pr, env, artifacts
 
 
-def test_an_unreadable_lock_runs_the_matrix_and_says_so(tmp_path: Path) -> None:
+def _job_lines(log: str, job: str) -> list[str]:
+    """The lines act printed for one job of the reusable workflow (plan, bench, aggregate)."""
+    return [line for line in log.splitlines() if re.match(rf"\[[^\]]*/{job}[^\]/]*\]", line)]
+
+
+def test_an_unreadable_lock_runs_the_matrix_and_says_so(
+    tmp_path: Path, published: tuple[Path, str]
+) -> None:
+    """Also: the runner's Python is one PEP 668 marks as externally managed (Debian's), which
+    has no torch. The action's environment of its own installs there; only the bench job
+    installs torch (2.13.0, held by PIP_CONSTRAINT), the plan and aggregate jobs none."""
     index = _needs_act()
+    managed = Path("/usr/bin/python3")
+    marker = subprocess.run(
+        [str(managed), "-c", "import sysconfig; print(sysconfig.get_path('stdlib'))"],
+        capture_output=True, text=True, check=False,
+    ).stdout.strip()  # fmt: skip
+    if not (Path(marker) / "EXTERNALLY-MANAGED").is_file():
+        pytest.skip(f"{managed} is not marked externally managed (PEP 668)")
+    constraint = tmp_path / "constraints.txt"
+    constraint.write_text("torch==2.13.0\n")
     lock = (REPO / "tests" / "fixtures" / "pins" / "uv-lock" / "base" / "uv.lock").read_text()
     broken = (
         REPO / "tests" / "fixtures" / "pins" / "malformed-uv-lock" / "head" / "uv.lock"
@@ -224,8 +304,20 @@ def test_an_unreadable_lock_runs_the_matrix_and_says_so(tmp_path: Path) -> None:
         {"requirements.txt": pinned, "uv.lock": lock},
         {"requirements.txt": pinned, "uv.lock": broken},
     )
-    code, _, _, artifacts = _pull_request(tmp_path, index, files, "Relock")
+    code, _, _, artifacts = _pull_request(
+        tmp_path, index, published, files, "Relock", python=str(managed),
+        env={"PIP_CONSTRAINT": str(constraint)},
+    )  # fmt: skip
     log = (tmp_path / "act-pr.log").read_text()
+    torch_wheel = re.compile(
+        r"Successfully installed .*\btorch-2|Collecting torch\b|torch-2\.\S*\.whl"
+    )
+    for job in ("plan", "aggregate"):
+        lines = _job_lines(log, job)
+        assert any("torch: none" in line for line in lines), (job, lines[-40:])
+        assert not [line for line in lines if torch_wheel.search(line)], job
+    bench = _job_lines(log, "bench")
+    assert any("torch: installed" in line for line in bench), bench[-40:]
     assert "torch pin unknown: uv.lock (head): not valid TOML" in log, log[-6000:]
     decision_file = artifacts / "torch-matrix-comment~pr-check" / "decision.json"
     assert decision_file.is_file(), log[-6000:]  # the matrix ran: no "no torch change"
@@ -248,15 +340,17 @@ def _images(job: Path) -> dict[str, dict[str, Any]]:
     }
 
 
-def test_pull_request_to_sticky_comment(tmp_path: Path) -> None:
+def test_pull_request_to_sticky_comment(tmp_path: Path, published: tuple[Path, str]) -> None:
     """The fleet path: the images built in the bench job, every cell inside them, both digests in
     the decision, and the comment's docker run line reproducing the planted failure when pasted
-    into bash in the downloaded results artifact."""
+    into bash in the downloaded results artifact. The pull request also drops the failing
+    plugin from its matrix: the base branch's matrix runs it anyway, and the decision says so."""
     index = _needs_act(images=True)
     planted = {FAIL_VAR: "2.14"}  # the team's plugin fails under the candidate's torch only
     code, pr, env, artifacts = _pull_request(
-        tmp_path, index, BUMP, "Bump torch to 2.14.1", sides="images", env=planted
-    )
+        tmp_path, index, published, BUMP, "Bump torch to 2.14.1", sides="images", env=planted,
+        drop_plugin=True,
+    )  # fmt: skip
     repo = tmp_path / "caller"
     log = (tmp_path / "act-pr.log").read_text()
     decision_file = artifacts / "torch-matrix-comment~pr-check" / "decision.json"
@@ -284,6 +378,8 @@ def test_pull_request_to_sticky_comment(tmp_path: Path) -> None:
     assert decision["baseline"]["image"]["digest"] != decision["candidate"]["image"]["digest"]
     (failing,) = [c for c in decision["cells"] if c["candidate_status"] == "failed"]
     assert failing["baseline_status"] == "ok" and failing["workload"] == "team_bench"
+    (changed,) = [r for r in decision["reasons"] if "changes .github/torch-matrix.yml" in r]
+    assert "removes 1 cell(s), which still ran: team_bench" in changed, changed
     (job,) = [
         j for j in jobs if (j / "candidate" / "cells" / f"{failing['cell_id']}.json").exists()
     ]
@@ -298,7 +394,7 @@ def test_pull_request_to_sticky_comment(tmp_path: Path) -> None:
     env.pop(FAIL_VAR)  # the pasted line must carry what the failure needs
     with FakeGitHub(TOKEN, installation=True) as server:
         env["GITHUB_API_URL"] = server.base_url
-        code = _act(repo, "workflow_run", run_payload, env, tmp_path / "act-comment.log")
+        code = _act(repo, "workflow_run", run_payload, env, tmp_path / "act-comment.log", published)
         comment_log = (tmp_path / "act-comment.log").read_text()
         assert code == 0, comment_log[-6000:]
         posted = server.comments(OWNER_REPO, pr["number"])
@@ -308,6 +404,7 @@ def test_pull_request_to_sticky_comment(tmp_path: Path) -> None:
     assert f"**{decision['decision'].upper()}**" in body
     assert "sdpa@cpu" in body and "torch 2\\.14\\.1" in body
     assert "rollback@" in body  # the rollback gate of the bench job reaches the comment
+    assert "the base branch\\'s matrix ran" in body or "the base branch's matrix ran" in body
     assert TOKEN not in comment_log
 
     # The comment's line, pasted into bash in the downloaded artifact, fails the same way.
@@ -326,14 +423,16 @@ def test_pull_request_to_sticky_comment(tmp_path: Path) -> None:
     assert record["failure"]["message"] == original["failure"]["message"]
 
 
-def test_a_run_that_decided_nothing_leaves_the_comment_workflow_green(tmp_path: Path) -> None:
+def test_a_run_that_decided_nothing_leaves_the_comment_workflow_green(
+    tmp_path: Path, published: tuple[Path, str]
+) -> None:
     """A pull request with no torch change uploads no decision: the comment workflow says so and
     ends green, posting nothing, instead of failing on an artifact that is not there."""
     index = _needs_act()
     subprocess.run(
         [sys.executable, "-m", "venv", "--system-site-packages", str(tmp_path / "venv")], check=True
     )
-    repo, _, _ = _caller(tmp_path)
+    repo, _, _ = _caller(tmp_path, published[1])
     artifacts = tmp_path / "artifacts"
     artifacts.mkdir()
     run = _example(index, "workflow_run", lambda x: x["workflow_run"]["pull_requests"])
@@ -348,11 +447,12 @@ def test_a_run_that_decided_nothing_leaves_the_comment_workflow_green(tmp_path: 
     }
     with FakeGitHub(TOKEN, installation=True) as server:
         env["GITHUB_API_URL"] = server.base_url
-        code = _act(repo, "workflow_run", payload, env, tmp_path / "act-comment.log")
+        code = _act(repo, "workflow_run", payload, env, tmp_path / "act-comment.log", published)
         posted = server.comments(OWNER_REPO, number)
     log = (tmp_path / "act-comment.log").read_text()
     assert code == 0, log[-6000:]
     assert "no decision in the run" in log, log[-6000:]
+    assert f"torch-matrix {PUBLISHED} at {published[1]}" in log and LATER not in log
     assert posted == []
 
 

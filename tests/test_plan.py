@@ -222,7 +222,34 @@ def test_plan_cli_prints_one_line_and_writes_github_output(
     [line] = result.stdout.splitlines()
     strategy = json.loads(line)
     assert [job["job"] for job in strategy["include"]] == ["cpu-1", "cpu-2"]
-    assert out.read_text() == f"matrix={line}\nname=default\nunplanned=\n"
+    assert out.read_text() == f"matrix={line}\nname=default\nunplanned=\nmatrix_note=\n"
+
+
+def test_plan_names_the_cells_a_pull_requests_matrix_adds_and_removes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The base's matrix is planned (all of its cells); the head's only feeds the note."""
+    out = tmp_path / "github_output"
+    monkeypatch.setenv("GITHUB_OUTPUT", str(out))
+    head = "version: 1\nname: pr\nbackends: [cpu]\nworkloads:\n  - workload: sdpa\n"
+    base = tmp_path / "matrix.yml"
+    base.write_text(head + "    grid: {mask: [causal, none], dtype: [fp32]}\n")
+    head_file = tmp_path / "head.yml"
+    head_file.write_text(head + "    grid: {mask: [causal], dtype: [fp32, bf16]}\n")
+    argv = ["--matrix", str(base), "--head-matrix", str(head_file)]
+    result = CliRunner().invoke(plan_command, argv, catch_exceptions=False)
+    assert result.exit_code == 0, result.stderr
+    planned = " ".join(j["cells"] for j in json.loads(result.stdout)["include"]).split()
+    assert any(".none." in c for c in planned)  # the removed cells still run
+    assert not any(".bf16." in c for c in planned)  # the added ones do not, yet
+    (note,) = [x for x in out.read_text().splitlines() if x.startswith("matrix_note=")]
+    assert f"changes {base}; the base branch's matrix ran" in note
+    assert "removes 1 cell(s), which still ran: sdpa.none.fp32" in note
+    assert "adds 1 cell(s), which run once it merges: sdpa.causal.bf16" in note
+    head_file.write_text("version: 1\nworkloads: [{workload: nope}]\n")
+    result = CliRunner().invoke(plan_command, argv, catch_exceptions=False)
+    assert result.exit_code == 0, result.stderr  # the head's broken matrix does not stop it
+    assert "which does not load there" in out.read_text()
 
 
 def test_plan_names_the_matrix_for_artifact_names_with_unsafe_characters_replaced(

@@ -60,7 +60,10 @@ def test_the_matrix_runs_on_pins_run_output_not_on_changed() -> None:
     assert "needs.plan.outputs.run == 'true'" in jobs["bench"]["if"]
     assert "needs.plan.outputs.run == 'true'" in jobs["aggregate"]["if"]
     steps = {s.get("name"): s for s in jobs["plan"]["steps"]}
-    assert steps["Plan the jobs"]["if"] == "steps.pins.outputs.run == 'true'"
+    assert (
+        steps["Plan the jobs from the base branch's matrix"]["if"]
+        == "steps.pins.outputs.run == 'true'"
+    )
     closed = steps["Fail closed on a pin that cannot be read"]
     assert closed["if"] == "steps.pins.outputs.status == 'unknown'"
     assert "ON_UNKNOWN" in closed["env"] and "exit 1" in closed["run"]

@@ -194,6 +194,12 @@ def _output_value(value: Any) -> str:
     '["self-hosted", "linux", "h100"]}\'). A backend without labels, other than cpu, is not '
     "planned.",
 )
+@click.option(
+    "--head-matrix",
+    type=click.Path(path_type=Path),
+    help="The pull request's own matrix, when --matrix is the base branch's: the output "
+    "matrix_note names the cells the change adds and removes.",
+)
 @policy_options
 @calibration_option
 @handles_errors
@@ -205,6 +211,7 @@ def plan_command(
     max_jobs: int,
     cells_per_job: int | None,
     runners_json: str | None,
+    head_matrix: Path | None,
     policy_file: Path | None,
     policy_profile: str | None,
     calibration_file: Path | None,
@@ -213,7 +220,8 @@ def plan_command(
 
     Each entry is a job: job, backend, runs-on (from the matrix's runners, or defaults),
     cells (space-separated cell ids, for `ab --cell`) and cell_count. With GITHUB_OUTPUT set,
-    also writes the step outputs matrix and name (the matrix's name, for artifact names).
+    also writes the step outputs matrix, name (the matrix's name, for artifact names),
+    unplanned and matrix_note.
     With a calibration (--calibration, or one in the current directory), warns on stderr
     where a threshold of the policy is below what this runner can resolve.
     """
@@ -231,12 +239,40 @@ def plan_command(
     # The artifact names of a run carry the matrix's name, so that two matrices of one
     # repository neither overwrite nor read each other's results.
     name = re.sub(r"[^A-Za-z0-9_.-]", "-", matrix.name) or "default"
-    write_github_output({"matrix": line, "name": name, "unplanned": note})
+    changes = _matrix_changes(cells, matrix_file, head_matrix, workloads, backends, size)
+    write_github_output({"matrix": line, "name": name, "unplanned": note, "matrix_note": changes})
     planned = sum(job["cell_count"] for job in strategy["include"])
     click.echo(f"{planned} cells in {len(strategy['include'])} jobs", err=True)
-    if note:
-        click.echo(f"warning: {note}", err=True)
+    for said in (note, changes):
+        if said:
+            click.echo(f"warning: {said}", err=True)
     click.echo(line)
+
+
+def _matrix_changes(
+    cells: Sequence[Any],
+    matrix_file: Path | None,
+    head_matrix: Path | None,
+    workloads: Sequence[str],
+    backends: Sequence[str],
+    size: str | None,
+) -> str:
+    """plan's matrix_note: the cells the pull request's own matrix adds and removes."""
+    from suite.cli.options import checked_select
+    from suite.flows.plan import matrix_change_note
+
+    if head_matrix is None:
+        return ""
+    where = str(matrix_file or "the built-in matrix")
+    try:
+        _, head_cells, _ = checked_select(head_matrix, workloads, backends, (), size)
+    except InputError as exc:
+        return (
+            f"this pull request changes {where}, which does not load there ({exc}); "
+            "the base branch's matrix ran"
+        )
+    base_ids = [c.cell_id for c in cells]
+    return matrix_change_note(base_ids, [c.cell_id for c in head_cells], where)
 
 
 def _runners(text: str | None) -> dict[str, list[str]]:

@@ -75,6 +75,29 @@ def unplanned_note(counts: Mapping[str, int]) -> str:
     )
 
 
+def matrix_change_note(base: Sequence[str], head: Sequence[str], where: str) -> str:
+    """One line for the decision when a pull request changes its matrix: the base branch's
+    matrix ran, and the cells the change would add or remove are named."""
+    added = sorted(set(head) - set(base))
+    removed = sorted(set(base) - set(head))
+    if not added and not removed:
+        return ""
+
+    def named(ids: Sequence[str]) -> str:
+        shown = ", ".join(ids[:5])
+        return f"{shown} (+{len(ids) - 5} more)" if len(ids) > 5 else shown
+
+    parts = []
+    if removed:
+        parts.append(f"removes {len(removed)} cell(s), which still ran: {named(removed)}")
+    if added:
+        parts.append(f"adds {len(added)} cell(s), which run once it merges: {named(added)}")
+    return (
+        f"this pull request changes {where}; the base branch's matrix ran. The change "
+        + "; ".join(parts)
+    )
+
+
 def _jobs_per_backend(
     groups: dict[str, list[CellSpec]], max_jobs: int, cells_per_job: int | None
 ) -> dict[str, int]:

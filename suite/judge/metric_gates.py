@@ -10,10 +10,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from suite.core.accuracy import tensor_drift
 from suite.core.records import Gate as GateRecord
 from suite.core.records import Verdict
 from suite.judge.policy import Gate
+from suite.judge.saved_outputs import NotMeasurable, saved_drift
 from suite.judge.verdicts import gate_result
 
 Record = dict[str, Any]
@@ -147,13 +147,14 @@ def drift(gate: Gate, base: Sequence[Record], cand: Sequence[Record]) -> GateRec
         return None
     if b is None or c is None:
         return gate_result(gate, "untested", "saved outputs on one side only")
-    import torch
-
-    left = torch.load(Path(b["_run_dir"]) / b["outputs"]["file"], weights_only=True)
-    right = torch.load(Path(c["_run_dir"]) / c["outputs"]["file"], weights_only=True)
     dtype = str(b["spec"]["params"].get("dtype", "fp32"))
     tolerance = (gate.relative_tolerance or {}).get(dtype, gate.threshold or 1e-4)
-    found = tensor_drift(left, right)
+    try:
+        found = saved_drift(
+            Path(b["_run_dir"]) / b["outputs"]["file"], Path(c["_run_dir"]) / c["outputs"]["file"]
+        )
+    except NotMeasurable as exc:
+        return gate_result(gate, "untested", str(exc))
     if found.missing:
         return gate_result(
             gate, "fail", f"output {found.name!r} missing or reshaped on the candidate"

@@ -17,10 +17,11 @@ import math
 from pathlib import Path
 from typing import Any
 
-from suite.core.accuracy import CHECKPOINT_TOLERANCE, tensor_drift
+from suite.core.accuracy import CHECKPOINT_TOLERANCE
 from suite.core.records import Cell, Verdict
 from suite.core.results import cell_file
 from suite.judge.policy import Gate, Policy
+from suite.judge.saved_outputs import NotMeasurable, saved_drift
 from suite.judge.verdicts import gate_result
 
 ROLLBACK_GATE = Gate("rollback", "hard", required=True)
@@ -107,11 +108,10 @@ def judge_rehearsal(
     timing: dict[str, float],
 ) -> Cell:
     """Did every cell reproduce its round-0 status and outputs (within the drift tolerance)?"""
-    import torch
-
     gate = policy.gates.get("drift")
     limits = (gate.relative_tolerance or {}) if gate else {}
     mismatches: list[str] = []
+    unmeasured: list[str] = []
     for cell_id in cell_ids:
         again, earlier_path = cell_file(rehearsal_dir, cell_id), cell_file(base_dir, cell_id)
         if not again.is_file() or not earlier_path.is_file():
@@ -125,10 +125,13 @@ def judge_rehearsal(
             continue
         if doc.get("outputs") and earlier.get("outputs"):
             tolerance = limits.get(_dtype(earlier)) or DEFAULT_DRIFT_TOLERANCE
-            found = tensor_drift(
-                torch.load(base_dir / earlier["outputs"]["file"], weights_only=True),
-                torch.load(rehearsal_dir / doc["outputs"]["file"], weights_only=True),
-            )
+            try:
+                found = saved_drift(
+                    base_dir / earlier["outputs"]["file"], rehearsal_dir / doc["outputs"]["file"]
+                )
+            except NotMeasurable as exc:
+                unmeasured.append(f"{cell_id}: {exc}")
+                continue
             if found.relative > tolerance:
                 mismatches.append(
                     f"{cell_id}: {found.name} differs by {found.relative:.3g} > {tolerance:g}"
@@ -139,6 +142,10 @@ def judge_rehearsal(
         f"{timing['rehearsal_s']:.0f}s)"
     )
     numbers = {"candidate": timing["duration_s"], "unit": "s"}
+    if not mismatches and unmeasured:
+        return rollback_cell(
+            "rehearsal", "untested", f"{text}; outputs not compared: {unmeasured[0]}", **numbers
+        )
     if not mismatches:
         return rollback_cell(
             "rehearsal", "pass", f"{text}; every cell reproduced its earlier result", **numbers
