@@ -317,7 +317,15 @@ def _research_cell(policy: Any, workload: str, case: str, backend: str) -> dict[
     unsupported = cell_case == "flex_attention.causal.fwd_bwd"
     if absent or unsupported:
         status = "skipped" if absent else "unsupported"
+        # what the worker's backend probe says on a CPU runner (suite/worker/backends.py)
+        absent_why = {
+            "cuda": "torch 2.13.0+cpu is not a CUDA build",
+            "rocm": "torch 2.13.0+cpu is not a ROCm (HIP) build",
+            "mps": "torch 2.13.0+cpu was built without MPS",
+        }
         why = f"{status} (baseline {status}, candidate {status})"
+        if absent:
+            why += f": {absent_why[backend]}"
         verdicts = [
             _gate_dict(gates["status"], "untested" if absent else "unsupported", why),
             _gate_dict(

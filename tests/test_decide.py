@@ -361,7 +361,7 @@ def test_inconclusive_timing_is_never_called_a_pass() -> None:
     # The research profile lets inconclusive soft gates through: adopt, but not "pass".
     assert decision == "adopt"
     assert reasons == [
-        "no rule blocks any of 1 row: 1 has gates that did not pass (3 inconclusive)",
+        "no rule blocks any of 1 row: 1 has gates that did not pass (3 inconclusive): w@cpu",
         "latency_p50 decided in 1 of 2 cells (1 pass) after 6 rounds; 1 inconclusive "
         "(1 too noisy: spread 9.0% after 20 rounds, ≈60 rounds needed)",
         "throughput decided in 0 of 2 cells; 2 inconclusive "
@@ -375,8 +375,9 @@ def test_headline_counts_match_the_gates() -> None:
     first, *timing = doc["reasons"]
     assert first == (
         "no rule blocks any of 17 rows: 2 pass every gate; 3 have gates that did not pass "
-        "(1 fail, 14 inconclusive, 2 unsupported, 4 untested); 12 measured nothing "
-        "(every gate untested)"
+        "(1 fail, 14 inconclusive, 2 unsupported, 4 untested): flex_attention@cpu, "
+        "linear_cross_entropy@cpu, mlp_train@cpu; 12 measured nothing (every gate untested), "
+        "on cuda, rocm, mps"
     )
     assert not any("all" in r and "pass" in r for r in doc["reasons"])
     assert [r.split(" ", 1)[0] for r in timing] == ["latency_p50", "latency_p95", "throughput"]

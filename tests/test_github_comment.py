@@ -8,6 +8,7 @@ clock are injected, so retries cost no time. Where GitHub's OpenAPI subset is pr
 from __future__ import annotations
 
 import json
+import os
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +24,7 @@ from suite.github import GitHubClient, GitHubError, comment_body, marker, upsert
 from suite.github.comment import Author, own_author, stamp
 from suite.report.escape import ZWJ
 from tests.fake_github import DOCS, SPEC_FILE, FakeGitHub, OpenAPI, load_spec, simple_user
+from tests.helpers import TESTS
 
 TOKEN = "ghp_S3cretT0kenValue0123456789abcdefXYZ"
 REPO, PR = "octo/widgets", 12
@@ -464,3 +466,40 @@ def test_request_and_response_shapes_match_the_openapi_subset(fake: FakeGitHub) 
     response = api.response_schema(path, "PATCH", 200)
     assert request is not None and api.errors(request, {"text": "x"})
     assert response is not None and api.errors(response, {"id": "1", "body": 2})
+
+
+REAL = TESTS / "fixtures" / "decisions" / "pr-check.json"  # see the golden test below
+
+
+def test_the_comment_of_a_real_run_matches_its_golden_and_opens_with_three_lines() -> None:
+    """The decision of tests/test_act_e2e.py::test_pull_request_to_sticky_comment (images of
+    torch 2.13.0 and 2.14.1, the team plugin failing on the candidate, cuda not planned, the
+    plugin dropped from the head's matrix), aggregated by the workflow's command line. Refresh
+    both files after an intended change to the report: copy the run's decision.json here (or
+    aggregate its artifacts again), then rerun with UPDATE_GOLDEN=1 and read the diff."""
+    decision = json.loads(REAL.read_text())
+    source = decision["source"]
+    body = comment_body(
+        decision,
+        name="pr-check",
+        run_started_at="2026-12-03T14:30:00Z",
+        full_report_url=source["run_url"],
+    )
+    golden = TESTS / "golden" / "comment_pr-check.md"
+    if os.environ.get("UPDATE_GOLDEN") == "1" and body != golden.read_text(encoding="utf-8"):
+        golden.write_text(body, encoding="utf-8")
+        pytest.fail(f"{golden} rewritten; review the diff, then rerun without UPDATE_GOLDEN")
+    assert body == golden.read_text(encoding="utf-8")
+    visible = [line for line in body.splitlines() if not line.startswith("<!--")]
+    first, second, third = visible[:3]
+    assert first == "## torch-matrix: **ROLLBACK** · matrix pr\\-check"
+    assert f"base `{source['base_sha'][:10]}` → head `{source['head_sha'][:10]}`" in second
+    assert "torch 2\\.13\\.0\\+cpu → 2\\.14\\.1" in second and "decided 2026\\-12\\-03" in second
+    assert second.endswith(f"[run]({source['run_url']})\\")  # a hard line break
+    assert "policy profile research" in third and "(run 2026" in third
+    reasons = body.split("\n\n")[1]
+    assert "- team\\_bench@cpu → rollback: team\\_bench\\.8@cpu" in reasons  # names its row
+    assert "not planned, no runners named: cuda" in reasons
+    assert "removes 1 cell, which still ran: team\\_bench\\.8@cpu" in reasons
+    assert "| team\\_bench@cpu | production | rollback | new\\-failure \\(hard\\) |" in body
+    assert "docker run" in body and "--param" not in body

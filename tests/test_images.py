@@ -22,7 +22,7 @@ BACKENDS = ("cpu", "cuda", "rocm")
 DOCKERFILES = {b: IMAGES / b / "Dockerfile" for b in BACKENDS}
 SCRIPTS = [
     IMAGES / "base" / "build-offline-base.sh",
-    IMAGES / "macos" / "setup-env.sh",
+    IMAGES / "macos" / "ab.sh",
     REPO / ".ci" / "docker-setup.sh",
 ]
 INDEX = {"cpu": "/whl/cpu", "cuda": "/whl/cu", "rocm": "/whl/rocm"}
@@ -188,15 +188,18 @@ def test_shell_scripts() -> None:
     sys.platform == "darwin" and platform.machine() == "arm64",
     reason="this is an Apple Silicon Mac",
 )
-def test_macos_setup_refuses_elsewhere() -> None:
-    script = IMAGES / "macos" / "setup-env.sh"
-    proc = subprocess.run(
-        ["bash", str(script), "--role", "candidate", "--torch", "2.14.1", "--", "--version"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert proc.returncode == 3, proc.stderr
-    assert "Apple Silicon" in proc.stderr
-    bad = subprocess.run(["bash", str(script), "--role", "both"], capture_output=True, text=True)
-    assert bad.returncode == 2 and "--role" in bad.stderr
+def test_the_macos_recipe_refuses_mps_elsewhere_and_bad_arguments() -> None:
+    script = IMAGES / "macos" / "ab.sh"
+
+    def run(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["bash", str(script), *argv], capture_output=True, text=True, timeout=60
+        )
+
+    refused = run("--baseline", "2.13.0", "--candidate", "2.14.1", "--", "--version")
+    assert refused.returncode == 3, refused.stderr
+    assert "Apple Silicon" in refused.stderr and "--backend cpu" in refused.stderr
+    loose = run("--baseline", "2.13", "--candidate", "2.14.1")
+    assert loose.returncode == 2 and "exact versions" in loose.stderr
+    other = run("--baseline", "2.13.0", "--candidate", "2.14.1", "--backend", "cuda")
+    assert other.returncode == 2 and "--backend" in other.stderr

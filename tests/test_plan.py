@@ -244,8 +244,8 @@ def test_plan_names_the_cells_a_pull_requests_matrix_adds_and_removes(
     assert not any(".bf16." in c for c in planned)  # the added ones do not, yet
     (note,) = [x for x in out.read_text().splitlines() if x.startswith("matrix_note=")]
     assert f"changes {base}; the base branch's matrix ran" in note
-    assert "removes 1 cell(s), which still ran: sdpa.none.fp32" in note
-    assert "adds 1 cell(s), which run once it merges: sdpa.causal.bf16" in note
+    assert "removes 1 cell, which still ran: sdpa.none.fp32" in note
+    assert "adds 1 cell, which run once it merges: sdpa.causal.bf16" in note
     head_file.write_text("version: 1\nworkloads: [{workload: nope}]\n")
     result = CliRunner().invoke(plan_command, argv, catch_exceptions=False)
     assert result.exit_code == 0, result.stderr  # the head's broken matrix does not stop it

@@ -4,6 +4,7 @@ source shows up in it without a hand-written line."""
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from suite.cli.reference import (
     reference,
     replace_block,
 )
+from tests.helpers import REPO
 
 
 def test_the_readme_holds_the_generated_reference() -> None:
@@ -85,3 +87,15 @@ def test_a_readme_without_its_markers_is_an_error_not_a_rewrite() -> None:
         replace_block("# no markers here\n", reference())
     with pytest.raises(ValueError, match="markers"):
         replace_block(f"{BEGIN}\n{END}\n{BEGIN}\n{END}\n", reference())
+
+
+def test_the_readme_gate_table_names_every_gate_the_policy_accepts() -> None:
+    from suite.judge.policy import GATE_NEEDS
+
+    readme = (REPO / "README.md").read_text()
+    table = readme.split("| gate | what it compares |", 1)[1].split("\n\n", 1)[0]
+    named = {m for m in re.findall(r"^\| `([a-z_0-9]+)` \|", table, re.M)}
+    assert named == set(GATE_NEEDS)
+    for gate, needs in GATE_NEEDS.items():  # a field a gate needs is named in its row
+        row = next(line for line in table.splitlines() if line.startswith(f"| `{gate}` |"))
+        assert all(f"`{field}`" in row for field in needs), row

@@ -200,7 +200,10 @@ def rollback_record() -> dict[str, Any]:
         ],
         candidate_status="crashed",
         repro={
-            "command": "torch-matrix run --workload sdpa --backend cuda --param dtype=fp16 --param seq=4096",
+            # as cell_argv (suite/flows/repro.py) writes it for a venv side, pasted in the results
+            "command": (
+                'torch-matrix run --matrix "$PWD"/candidate/inputs/matrix.yaml --cell sdpa.fp16.4096@cuda --size smoke --python /opt/venv/bin/python --out "$PWD"/candidate/repro/sdpa.fp16.4096@cuda/"$(date -u +%Y%m%dT%H%M%SZ)"'
+            ),
             "docker": None,
         },
     )
@@ -224,8 +227,10 @@ def rollback_record() -> dict[str, Any]:
             ),
         ],
         repro={
-            "command": "torch-matrix run --workload sdpa --backend cuda --param dtype=fp16 --param seq=1024",
-            "docker": "docker run --gpus all ghcr.io/example/torch:2.6.0 torch-matrix run --workload sdpa",
+            "command": (
+                'torch-matrix run --matrix "$PWD"/candidate/inputs/matrix.yaml --cell sdpa.fp16.1024@cuda --size smoke --python /opt/venv/bin/python --out "$PWD"/candidate/repro/sdpa.fp16.1024@cuda/"$(date -u +%Y%m%dT%H%M%SZ)"'
+            ),
+            "docker": None,
         },
     )
     slow = cell(
@@ -384,11 +389,13 @@ def test_markdown_structure() -> None:
     assert "sdpa\\.fp32\\.1024@" not in text.split("### Cells needing attention")[1]
     # sdpa@cuda: worst verdict per gate, with a count where its two cells disagree
     assert (
-        "| sdpa@cuda | production | rollback | new\\-failure \\(1/2\\) | fail \\(1/2\\) | untested \\(1/2\\) | inconclusive | — |"
-        in text
+        "| sdpa@cuda | production | rollback | new\\-failure \\(hard, 1/2\\) | fail \\(hard, 1/2\\) "
+        "| untested \\(soft, 1/2\\) | inconclusive \\(soft\\) | — |" in text
     )
     assert "1\\.23 ms" in text and "2\\.30 GiB" in text and "\\+11\\.9%" in text
-    assert "```sh\ntorch-matrix run --workload sdpa" in text
+    assert (
+        '```sh\ntorch-matrix run --matrix "$PWD"/candidate/inputs/matrix.yaml --cell sdpa' in text
+    )
     assert "> [!WARNING]" in text and "environment\\.cuda\\_driver" in text
     attention = [c for c in rollback_record()["cells"] if c["cell_id"] != "sdpa.fp32.1024@cpu"]
     # lane tables (header, rule, rows) + one gate table per attention cell
@@ -422,7 +429,9 @@ def test_absent_backend_rows_collapse_into_one_line() -> None:
     assert not any("cuda" in r or "rocm" in r or "mps" in r for r in rows)
     line = next(x for x in text.split("\n") if x.startswith("No evidence on "))
     assert line == (
-        "No evidence on cuda, rocm, mps \\(every cell skipped on both sides\\): 12 rows left out "
+        "No evidence on cuda, rocm, mps \\(every cell skipped on both sides — cuda: torch "
+        "2\\.13\\.0\\+cpu is not a CUDA build; rocm: torch 2\\.13\\.0\\+cpu is not a ROCm \\(HIP\\) "
+        "build; mps: torch 2\\.13\\.0\\+cpu was built without MPS\\): 12 rows left out "
         "of the tables — flex\\_attention, sdpa, linear\\_cross\\_entropy, mlp\\_train on each"
     )
     # The tables and the line are the only places rows are named: no section for them either.
@@ -574,7 +583,7 @@ def test_truncation_cuts_the_undecided_list_before_sections() -> None:
 
 def test_markdown_without_limit_or_when_it_fits_is_untouched() -> None:
     doc = rollback_record()
-    full = render_markdown(doc)
+    full = render_markdown(doc, full_report_url=URL)
     assert render_markdown(doc, max_chars=len(full), full_report_url=URL) == full
     assert "cut" not in full
 
@@ -615,8 +624,10 @@ def test_table_collapses_absent_backend_rows() -> None:
     assert "@cuda" not in tables and "@rocm" not in tables and "@mps" not in tables
     assert "sdpa@cpu" in tables and "rollback@any" in tables
     assert text.endswith(
-        "\nNo evidence on cuda, rocm, mps (every cell skipped on both sides): 12 rows left out of "
-        "the tables — flex_attention, sdpa, linear_cross_entropy, mlp_train on each\n"
+        "\nNo evidence on cuda, rocm, mps (every cell skipped on both sides — cuda: torch "
+        "2.13.0+cpu is not a CUDA build; rocm: torch 2.13.0+cpu is not a ROCm (HIP) build; mps: "
+        "torch 2.13.0+cpu was built without MPS): 12 rows left out of the tables — "
+        "flex_attention, sdpa, linear_cross_entropy, mlp_train on each\n"
     )
     assert line.startswith("No evidence on ")
 
@@ -728,4 +739,6 @@ def test_job_summary_of_a_300_cell_decision_stays_under_1_mib(tmp_path: Path) ->
     # A decision that fits is appended whole.
     small = tmp_path / "small.md"
     append_summary(rollback_record(), small, URL)
-    assert small.read_text(encoding="utf-8") == render_markdown(rollback_record())
+    assert small.read_text(encoding="utf-8") == render_markdown(
+        rollback_record(), full_report_url=URL
+    )

@@ -81,3 +81,35 @@ def test_the_suite_writes_outputs_and_summary_itself() -> None:
         assert "--github-step" in run
         assert "-c '" not in run and "0|4|5|6" not in run
         assert "GITHUB_STEP_SUMMARY" not in run and "GITHUB_OUTPUT" not in run
+
+
+def test_the_readme_shows_the_example_callers_as_they_are() -> None:
+    """The copy-paste callers in the README are the example files, byte for byte."""
+    readme = (REPO / "README.md").read_text()
+    for name in ("torch-matrix-pr.yml", "torch-matrix-comment.yml"):
+        text = (REPO / "examples" / "github" / name).read_text()
+        assert f"```yaml\n{text.rstrip()}\n```" in readme, name
+
+
+def test_every_job_runs_the_action_of_the_commit_it_was_called_at() -> None:
+    """No job names torch-matrix by owner and tag: each fetches the workflow's own commit
+    (job.workflow_sha) and then uses the action from that folder."""
+    for path in (WORKFLOW, WORKFLOW.parent / "torch-matrix-comment.yml"):
+        doc = yaml.safe_load(path.read_text())
+        assert "torch-matrix@" not in path.read_text(), path
+        for name, job in doc["jobs"].items():
+            steps = job.get("steps", [])
+            uses = [i for i, s in enumerate(steps) if s.get("uses") == "./.torch-matrix"]
+            if not uses:
+                continue
+            fetch = next(
+                i for i, s in enumerate(steps) if s.get("name", "").startswith("Fetch torch-matrix")
+            )
+            assert fetch < uses[0], (path.name, name)
+            env = steps[fetch]["env"]
+            assert env["WORKFLOW_SHA"] == "${{ job.workflow_sha }}"
+            assert env["WORKFLOW_REPOSITORY"] == "${{ job.workflow_repository }}"
+        for step in (s for job in doc["jobs"].values() for s in job.get("steps", [])):
+            # a step that runs the suite runs the action's environment, not the runner's Python
+            python = (step.get("env") or {}).get("PYTHON")
+            assert python in (None, "${{ steps.setup.outputs.python }}"), (path.name, step)

@@ -239,7 +239,16 @@ def plan_command(
     # The artifact names of a run carry the matrix's name, so that two matrices of one
     # repository neither overwrite nor read each other's results.
     name = re.sub(r"[^A-Za-z0-9_.-]", "-", matrix.name) or "default"
-    changes = _matrix_changes(cells, matrix_file, head_matrix, workloads, backends, size)
+    # Only what this plan runs: a backend with no runners named neither ran nor will.
+    planned_backends = [b for b in dict.fromkeys(c.backend for c in cells) if b not in skipped]
+    changes = _matrix_changes(
+        [c for c in cells if c.backend in planned_backends],
+        matrix_file,
+        head_matrix,
+        workloads,
+        planned_backends,
+        size,
+    )
     write_github_output({"matrix": line, "name": name, "unplanned": note, "matrix_note": changes})
     planned = sum(job["cell_count"] for job in strategy["include"])
     click.echo(f"{planned} cells in {len(strategy['include'])} jobs", err=True)
@@ -272,7 +281,8 @@ def _matrix_changes(
             "the base branch's matrix ran"
         )
     base_ids = [c.cell_id for c in cells]
-    return matrix_change_note(base_ids, [c.cell_id for c in head_cells], where)
+    head_ids = [c.cell_id for c in head_cells if c.backend in backends]
+    return matrix_change_note(base_ids, head_ids, where)
 
 
 def _runners(text: str | None) -> dict[str, list[str]]:

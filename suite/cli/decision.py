@@ -337,6 +337,8 @@ def compare(
     metavar="URL",
     help="Where the full report lives (the run's artifacts); linked when --summary cuts rows.",
 )
+@click.option("--base-sha", metavar="SHA", help="The base commit, named in the report's head.")
+@click.option("--head-sha", metavar="SHA", help="The head commit, named in the report's head.")
 @format_option
 @github_step_option
 @handles_errors
@@ -348,6 +350,8 @@ def aggregate(
     out: Path,
     summary_file: Path | None,
     full_report_url: str | None,
+    base_sha: str | None,
+    head_sha: str | None,
     fmt: str,
     github_step: bool,
 ) -> None:
@@ -359,6 +363,9 @@ def aggregate(
     with step_outputs_on_error(github_step, out):
         policy = load_policy(policy_file, policy_profile)
         decision = join(job_dirs(roots), policy, notes=notes)
+        source = {"base_sha": base_sha, "head_sha": head_sha, "run_url": full_report_url}
+        if any(source.values()):  # what the report's first lines name: commits and run
+            decision["source"] = {k: v for k, v in source.items() if v}
         out.mkdir(parents=True, exist_ok=True)
         write_reports(decision, out)
         if summary_file is not None:

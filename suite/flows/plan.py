@@ -88,10 +88,14 @@ def matrix_change_note(base: Sequence[str], head: Sequence[str], where: str) -> 
         return f"{shown} (+{len(ids) - 5} more)" if len(ids) > 5 else shown
 
     parts = []
+
+    def cells(ids: Sequence[str]) -> str:
+        return f"{len(ids)} cell{'' if len(ids) == 1 else 's'}"
+
     if removed:
-        parts.append(f"removes {len(removed)} cell(s), which still ran: {named(removed)}")
+        parts.append(f"removes {cells(removed)}, which still ran: {named(removed)}")
     if added:
-        parts.append(f"adds {len(added)} cell(s), which run once it merges: {named(added)}")
+        parts.append(f"adds {cells(added)}, which run once it merges: {named(added)}")
     return (
         f"this pull request changes {where}; the base branch's matrix ran. The change "
         + "; ".join(parts)

@@ -54,8 +54,9 @@ def status_gate(
         # Neither pin can run it in this environment; which backend is tested is unaffected.
         return gate_result(gate, "unsupported", f"skipped on both pins: {cand_msg}", **numbers)
     if "skipped" in (base, cand):
+        why = f": {cand_msg}" if cand_msg else ""
         return gate_result(
-            gate, "untested", f"skipped (baseline {base}, candidate {cand})", **numbers
+            gate, "untested", f"skipped (baseline {base}, candidate {cand}){why}", **numbers
         )
     if base == "unsupported" and cand == "unsupported":
         return gate_result(gate, "unsupported", f"unsupported on both pins: {cand_msg}", **numbers)

@@ -1,7 +1,8 @@
 """Gates computed from workload metrics and saved outputs rather than timing.
 
 graph_breaks, recompiles (compile workload), export (export workload),
-determinism (determinism workload) and drift (any workload that saves outputs).
+determinism (determinism workload), drift (any workload that saves outputs) and fallback (MPS
+cells, and any cell whose workload says part of it ran on the CPU).
 """
 
 from __future__ import annotations
@@ -176,10 +177,36 @@ def drift(gate: Gate, base: Sequence[Record], cand: Sequence[Record]) -> GateRec
     )
 
 
+def fallback(gate: Gate, base: Sequence[Record], cand: Sequence[Record]) -> GateRecord | None:
+    """Ops that ran on the CPU instead of the backend (MPS's fallback, or a workload's own
+    CellContext.fell_back): fail, unless the policy allows it. None where nothing records one
+    (every backend but MPS, for workloads that do not say so)."""
+    b = [r["fallback"] for r in base if r.get("fallback")]
+    c = [r["fallback"] for r in cand if r.get("fallback")]
+    if not b and not c:
+        return None
+    if not c:
+        return gate_result(gate, "untested", "no fallback record on the candidate side")
+    fell = [m for f in c if f.get("happened") for m in (f.get("messages") or [])]
+    if not any(f.get("happened") for f in c):
+        off = not all(f.get("enabled", True) for f in c)
+        text = "no op fell back to the CPU" + (
+            " (fallback off: an op without a kernel on the backend fails the cell)" if off else ""
+        )
+        return gate_result(gate, "pass", text, candidate=0)
+    was = "the baseline too" if any(f.get("happened") for f in b) else "the baseline did not"
+    first = fell[0] if fell else "no message recorded"
+    text = f"{len(fell) or 1} op(s) fell back to the CPU ({was}): {first}"
+    if gate.allow:
+        return gate_result(gate, "pass", f"allowed by the policy: {text}", candidate=len(fell))
+    return gate_result(gate, "fail", text, candidate=len(fell))
+
+
 METRIC_GATES: dict[str, GateFn] = {
     "graph_breaks": _counts("graph_breaks", "graph_break_reasons"),
     "recompiles": _counts("recompiles", "recompile_reasons"),
     "export": export,
     "determinism": determinism,
     "drift": drift,
+    "fallback": fallback,
 }

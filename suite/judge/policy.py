@@ -38,6 +38,7 @@ class Gate:
     paths: tuple[str, ...] = ()
     tolerances: dict[str, tuple[float, float]] | None = None
     relative_tolerance: dict[str, float] | None = None
+    allow: bool = False  # fallback gate: ops that ran on the CPU are allowed
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,7 @@ GATE_NEEDS: dict[str, tuple[str, ...]] = {
     "drift": (),
     "rollback": (),
     "instructions": ("threshold",),
+    "fallback": (),
 }
 
 
@@ -156,6 +158,7 @@ def _gate(name: str, raw: dict[str, Any]) -> Gate:
         must_not_grow=bool(raw.get("must_not_grow", name in ("graph_breaks", "recompiles"))),
         paths=tuple(raw.get("paths", ())),
         relative_tolerance=raw.get("relative_tolerance"),
+        allow=bool(raw.get("allow", False)),
         tolerances={k: (float(v[0]), float(v[1])) for k, v in tolerances.items()}
         if tolerances
         else None,

@@ -110,7 +110,9 @@ def overall(
 
 
 def _adopt_line(rows: list[dict[str, Any]]) -> str:
-    passing = empty = 0
+    passing = 0
+    open_rows: list[str] = []
+    empty_rows: list[str] = []
     open_verdicts: Counter[str] = Counter()
     empty_verdicts: set[str] = set()
     for row in rows:
@@ -118,9 +120,10 @@ def _adopt_line(rows: list[dict[str, Any]]) -> str:
         if verdicts and set(verdicts) <= _PASSING:
             passing += 1
         elif set(verdicts) <= _NOTHING_MEASURED:
-            empty += 1
+            empty_rows.append(row["row_id"])
             empty_verdicts.update(verdicts)
         else:
+            open_rows.append(row["row_id"])
             open_verdicts.update({v: n for v, n in verdicts.items() if v not in _PASSING})
     if passing == len(rows):
         return (
@@ -131,13 +134,25 @@ def _adopt_line(rows: list[dict[str, Any]]) -> str:
     parts = []
     if passing:
         parts.append(f"{passing} {'passes' if passing == 1 else 'pass'} every gate")
-    if left_open := len(rows) - passing - empty:
-        has = "has" if left_open == 1 else "have"
-        parts.append(f"{left_open} {has} gates that did not pass ({_tally(open_verdicts)})")
-    if empty:
+    if open_rows:
+        has = "has" if len(open_rows) == 1 else "have"
+        parts.append(
+            f"{len(open_rows)} {has} gates that did not pass ({_tally(open_verdicts)}): "
+            + _row_names(open_rows)
+        )
+    if empty_rows:
         every = " or ".join(sorted(empty_verdicts))
-        parts.append(f"{empty} measured nothing" + (f" (every gate {every})" if every else ""))
+        parts.append(
+            f"{len(empty_rows)} measured nothing"
+            + (f" (every gate {every})" if every else "")
+            + f", on {', '.join(dict.fromkeys(r.rpartition('@')[2] for r in empty_rows))}"
+        )
     return f"no rule blocks any of {_count(len(rows), 'row')}: " + "; ".join(parts)
+
+
+def _row_names(row_ids: list[str], shown: int = 3) -> str:
+    more = f" and {len(row_ids) - shown} more" if len(row_ids) > shown else ""
+    return ", ".join(row_ids[:shown]) + more
 
 
 # The gates a summary line follows: the timing gates, and the instruction count beside them.

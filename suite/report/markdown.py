@@ -21,6 +21,7 @@ from suite.report.table import (
     ATTENTION,
     GOOD,
     LANES,
+    LEGEND,
     NONE,
     VERDICT_ORDER,
     Decision,
@@ -32,7 +33,6 @@ from suite.report.table import (
     format_threshold,
     format_value,
     gate_names,
-    side_text,
     summary_rows,
     warnings,
     worst,
@@ -80,16 +80,49 @@ def _table_line(cells: Iterable[str]) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
-def _head(decision: Decision) -> list[str]:
-    blocks = [f"## torch-matrix: **{md(str(decision['decision']).upper())}**"]
-    if decision["reasons"]:
-        blocks.append("\n".join(f"- {md(reason)}" for reason in decision["reasons"]))
+def _when(stamp: str) -> str:
+    """2026-12-03T13:50:55.190Z as 2026-12-03 13:50 UTC; anything else as it is."""
+    found = re.match(r"^(\d{4}-\d{2}-\d{2})T(\d{2}:\d{2})", stamp)
+    return f"{found[1]} {found[2]} UTC" if found else stamp
+
+
+def _short(label: str) -> str:
+    """A side's label with image digests cut to 12 hex digits: the records keep them whole."""
+    return re.sub(r"(sha256:[0-9a-f]{12})[0-9a-f]{52}", r"\1…", label)
+
+
+def _link(text: str, url: str) -> str:
+    return f"[{md(text)}]({quote(url, safe=_URL_SAFE)})"
+
+
+def _head(decision: Decision, run_url: str | None = None) -> list[str]:
+    """Line 1 the decision; lines 2 and 3 what was compared, when, and where it ran; then the
+    reasons (each naming its rows), warnings and the legend of the tables."""
+    name = (decision.get("matrix") or {}).get("name")
+    title = f"## torch-matrix: **{md(str(decision['decision']).upper())}**"
+    if name:
+        title += f" · matrix {md(str(name))}"
+    source = decision.get("source") or {}
+    base, cand = decision["baseline"], decision["candidate"]
+    where = []
+    if source.get("base_sha") or source.get("head_sha"):
+        shas = [code_span(str(source.get(k) or "?")[:10]) for k in ("base_sha", "head_sha")]
+        where.append(f"base {shas[0]} → head {shas[1]}")
+    where.append(f"torch {md(str(base['torch']))} → {md(str(cand['torch']))}")
+    where.append(f"decided {md(_when(str(decision['generated_at'])))}")
+    url = run_url or source.get("run_url")
+    if url:
+        where.append(_link("run", str(url)))
     policy = decision["policy"]
-    blocks.append(
-        f"**Baseline** {md(side_text(decision['baseline']))} vs "
-        f"**candidate** {md(side_text(decision['candidate']))} · "
-        f"policy profile {md(policy['profile'])}, sha256 {md(policy['sha256'][:12])}"
+    runs = (
+        f"baseline {md(_short(str(base['label'])))} (run {md(str(base['run_id']))}) vs candidate "
+        f"{md(_short(str(cand['label'])))} (run {md(str(cand['run_id']))}) · policy profile "
+        f"{md(policy['profile'])}, sha256 {md(policy['sha256'][:12])}"
     )
+    # A backslash at the end of a line is a hard line break: three lines, one paragraph.
+    blocks = [f"{title}\n{' · '.join(where)}\\\n{runs}"]
+    if decision["reasons"]:
+        blocks.append("\n".join(f"- {md(reason, 1000)}" for reason in decision["reasons"]))
     found = warnings(decision)
     if found:
         blocks.append("\n".join(["> [!WARNING]", *(f"> - {md(w)}" for w in found)]))
@@ -97,6 +130,7 @@ def _head(decision: Decision) -> list[str]:
 
 
 def _lane_tables(decision: Decision) -> list[tuple[str, list[str]]]:
+    """The lane tables; the first carries the one-line legend above it."""
     gates = gate_names(decision)
     header = "\n".join(
         [
@@ -110,7 +144,8 @@ def _lane_tables(decision: Decision) -> list[tuple[str, list[str]]]:
             _table_line(md(text) for text in row) for row in summary_rows(decision, lane, gates)
         ]
         if rows:
-            tables.append((f"### {title}\n\n{header}", rows))
+            legend = "" if tables else f"_{md(LEGEND)}_\n\n"
+            tables.append((f"### {title}\n\n{legend}{header}", rows))
     return tables
 
 
@@ -390,7 +425,7 @@ def _fit(
     max_chars = limit
     absent = absent_text(decision)
     parts = _Parts(
-        head=_head(decision),
+        head=_head(decision, full_report_url),
         tables=_lane_tables(decision),
         absent=None if absent is None else md(absent, None),
         sections=[_section(cell, full_report_url) for cell in _attention_cells(decision)],

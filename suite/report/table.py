@@ -77,14 +77,23 @@ def worst(verdicts: Iterable[str]) -> str | None:
     return min(verdicts, key=badness, default=None)
 
 
-def summarize(verdicts: list[str]) -> str:
-    """The worst verdict, with 'n/total' when the cells do not all agree."""
+def summarize(verdicts: list[str], severity: str | None = None) -> str:
+    """The worst verdict; in parentheses its gate's severity where it did not pass, and
+    'k/n' when only k of the row's n cells have it (LEGEND)."""
     top = worst(verdicts)
     if top is None:
         return NONE
-    if len(set(verdicts)) == 1:
-        return top
-    return f"{top} ({verdicts.count(top)}/{len(verdicts)})"
+    notes = [severity] if severity and top not in GOOD else []
+    if len(set(verdicts)) > 1:
+        notes.append(f"{verdicts.count(top)}/{len(verdicts)}")
+    return f"{top} ({', '.join(notes)})" if notes else top
+
+
+LEGEND = (
+    "Each gate column holds the row's worst verdict; in parentheses the gate's severity where "
+    "it did not pass (hard and required gates block, soft and budget ones defer, info ones "
+    "only inform) and k/n where only k of the row's n cells have that verdict."
+)
 
 
 def absent_rows(decision: Decision) -> list[dict[str, Any]]:
@@ -126,11 +135,26 @@ def absent_text(decision: Decision) -> str | None:
     if left < 0:
         parts.append(f"and {-left} more workloads")
     every = dict.fromkeys(row["backend"] for row in rows)
+    why = _skip_reasons(decision, set(every))
+    because = "; ".join(f"{b}: {cap(one_line(w), _NAME_LIMIT * 2)}" for b, w in why.items())
     return (
-        f"No evidence on {_names(every)} (every cell skipped on both sides): "
-        f"{len(rows)} row{'' if len(rows) == 1 else 's'} left out of the tables — "
+        f"No evidence on {_names(every)} (every cell skipped on both sides"
+        + (f" — {because}" if because else "")
+        + f"): {len(rows)} row{'' if len(rows) == 1 else 's'} left out of the tables — "
         + "; ".join(parts)
     )
+
+
+def _skip_reasons(decision: Decision, backends: set[str]) -> dict[str, str]:
+    """Why each backend's cells were skipped: the first skipped cell's status message."""
+    found: dict[str, str] = {}
+    for cell in decision["cells"]:
+        if cell["backend"] in backends and cell["backend"] not in found:
+            status = gate_of(cell, "status")
+            _, colon, why = str((status or {}).get("message") or "").partition("): ")
+            if colon and why:
+                found[cell["backend"]] = why
+    return found
 
 
 def summary_rows(decision: Decision, lane: str, gates: list[str]) -> list[list[str]]:
@@ -146,8 +170,10 @@ def summary_rows(decision: Decision, lane: str, gates: list[str]) -> list[list[s
         cells = cells_of(decision, row["row_id"])
         line = [row["row_id"], row["lane"], row["decision"]]
         for name in gates:
-            found = (gate_of(cell, name) for cell in cells)
-            line.append(summarize([g["verdict"] for g in found if g is not None]))
+            found = [g for g in (gate_of(cell, name) for cell in cells) if g is not None]
+            top = worst(g["verdict"] for g in found)
+            severity = next((g.get("severity") for g in found if g["verdict"] == top), None)
+            line.append(summarize([g["verdict"] for g in found], severity))
         out.append(line)
     return out
 

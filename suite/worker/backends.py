@@ -334,6 +334,9 @@ class MpsBackend(Backend):
             return Availability(
                 False, "torch.backends.mps.is_available() is False: not on Apple Silicon macOS"
             )
+        smoke = mps_smoke(torch)
+        if smoke is not None:
+            return Availability(False, f"MPS is present but does not compute: {smoke}")
         return Availability(True, devices=("mps",))
 
     def sync(self) -> None:
@@ -352,6 +355,22 @@ BACKENDS: dict[str, Backend] = {
 
 def get(name: str) -> Backend:
     return BACKENDS[name]
+
+
+def mps_smoke(torch: Any) -> str | None:
+    """A kernel on the GPU, waited for (torch.mps.synchronize) and checked against the CPU:
+    None if it computes, else what went wrong. is_available() alone is true in a VM whose Metal
+    device cannot run a kernel, and then every timing would be of an error path."""
+    try:
+        x = torch.arange(64, dtype=torch.float32).reshape(8, 8) / 64
+        on_gpu = (x.to("mps") @ x.to("mps")).relu()
+        torch.mps.synchronize()
+        expected = (x @ x).relu()
+        if not torch.allclose(on_gpu.cpu(), expected, rtol=1e-4, atol=1e-5):
+            return "an 8x8 matmul on mps differs from the CPU's"
+    except Exception as exc:  # any failure of the device is the answer
+        return f"{type(exc).__name__}: {exc}"
+    return None
 
 
 def mps_fallback_enabled() -> bool:

@@ -169,8 +169,12 @@ def run_cell(
                 "message": f"accuracy check failed for: {', '.join(failed)}",
             }
     fallback_msgs = [str(w.message) for w in caught if _MPS_FALLBACK_MARKER in str(w.message)]
-    if doc["fallback"] is not None and fallback_msgs:
-        doc["fallback"].update(happened=True, messages=fallback_msgs[:20])
+    if doc["fallback"] is None and ctx is not None and ctx.fallbacks:
+        # A workload said some of it ran on the CPU (CellContext.fell_back), on any backend.
+        doc["fallback"] = {"enabled": True, "happened": False, "messages": []}
+    declared = ctx.fallbacks if ctx is not None else []
+    if doc["fallback"] is not None and (fallback_msgs or declared):
+        doc["fallback"].update(happened=True, messages=[*declared, *fallback_msgs][:20])
     doc["finished_at"] = utc_now()
     doc["wall_s"] = time.perf_counter() - worker_start
     doc["harness"] = {

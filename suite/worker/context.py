@@ -57,6 +57,7 @@ class WorkerContext(CellContext):
         self.checks: list[dict[str, Any]] = []
         self.metrics: dict[str, dict[str, Any]] = {}
         self.warnings: list[str] = []
+        self.fallbacks: list[str] = []
         self.outputs: dict[str, torch.Tensor] = {}
         self._scratch: Path | None = None
         self._torch = torch
@@ -67,6 +68,9 @@ class WorkerContext(CellContext):
             raise ValueError(f"unknown dtype {key!r}; expected one of {', '.join(_DTYPES)}")
         dtype: torch.dtype = getattr(self._torch, _DTYPES[key])
         return dtype
+
+    def fell_back(self, message: str) -> None:
+        self.fallbacks.append(str(message)[:500])
 
     def seed(self, value: int = 0) -> None:
         random.seed(value)

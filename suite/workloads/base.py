@@ -158,6 +158,12 @@ class CellContext(ABC):
         """A warning that lands in the record."""
 
     @abstractmethod
+    def fell_back(self, message: str) -> None:
+        """Some of this cell ran on the CPU instead of its backend (an op with no kernel there,
+        run by a CPU path): the fallback gate reads it. On MPS, torch's own fallback warnings
+        are recorded without this call."""
+
+    @abstractmethod
     def rank_metric(
         self, name: str, value: float | str | bool | None, unit: str | None = None
     ) -> None:
