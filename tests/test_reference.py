@@ -99,3 +99,16 @@ def test_the_readme_gate_table_names_every_gate_the_policy_accepts() -> None:
     for gate, needs in GATE_NEEDS.items():  # a field a gate needs is named in its row
         row = next(line for line in table.splitlines() if line.startswith(f"| `{gate}` |"))
         assert all(f"`{field}`" in row for field in needs), row
+
+
+def test_the_readme_example_policy_loads(tmp_path: Path) -> None:
+    from suite.judge.policy import load_policy
+
+    readme = (REPO / "README.md").read_text()
+    block = readme.split("A policy of a team whose fleet is CUDA", 1)[1]
+    text = block.split("```yaml\n", 1)[1].split("\n```", 1)[0]
+    path = tmp_path / "torch-matrix-policy.yml"
+    path.write_text(text)
+    policy = load_policy(path, None)
+    assert policy.profile == "serving" and policy.fleet_backends == ("cuda",)
+    assert {"fallback", "rollback", "drift"} <= set(policy.gates)
