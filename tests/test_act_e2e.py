@@ -459,3 +459,49 @@ def test_a_run_that_decided_nothing_leaves_the_comment_workflow_green(
 def _code_blocks(markdown: str) -> list[str]:
     """The contents of the fenced code blocks of a Markdown text."""
     return [m[2].strip() for m in re.finditer(r"^(`{3,})sh\n(.*?)\n\1$", markdown, re.M | re.S)]
+
+
+def test_the_example_caller_runs_on_demand_and_ends_green_without_a_torch_change(
+    tmp_path: Path, published: tuple[Path, str]
+) -> None:
+    """examples/github/torch-matrix-pr.yml as a team copies it (pinned to commit A): started by
+    workflow_dispatch with no base, it compares against the default branch, finds no torch
+    change and ends green in the plan job, which a required check needs; a label other than
+    torch-matrix starts nothing."""
+    _needs_act()
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--system-site-packages", str(tmp_path / "venv")], check=True
+    )
+    repo, _, head = _caller(tmp_path, published[1])
+    caller = (REPO / "examples" / "github" / "torch-matrix-pr.yml").read_text()
+    assert "torch-matrix.yml@v1" in caller
+    (repo / ".github" / "workflows" / "pr.yml").write_text(
+        caller.replace("torch-matrix.yml@v1", f"torch-matrix.yml@{published[1]}")
+    )
+    _git(repo, "-c", "user.email=t@e", "-c", "user.name=t", "commit", "-qam", "the example caller")
+    env = {"PATH": f"{tmp_path / 'venv' / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+    dispatch = tmp_path / "dispatch.json"
+    dispatch.write_text(
+        json.dumps({"inputs": {"base": ""}, "ref": "refs/heads/main",
+                    "repository": {"full_name": OWNER_REPO, "default_branch": "main"}})
+    )  # fmt: skip
+    log = tmp_path / "act-dispatch.log"
+    code = _act(repo, "workflow_dispatch", dispatch, env, log, published)
+    text = log.read_text()
+    assert code == 0, text[-6000:]
+    assert "no torch change" in text, text[-6000:]
+    assert not _job_lines(text, "bench") and not _job_lines(text, "aggregate")
+    assert f"torch-matrix {PUBLISHED} at {published[1]}" in text
+
+    labeled = tmp_path / "labeled.json"
+    labeled.write_text(
+        json.dumps({"action": "labeled", "label": {"name": "documentation"},
+                    "pull_request": {"number": 1, "head": {"sha": head, "repo": {"full_name": OWNER_REPO}},
+                                     "base": {"sha": head}},
+                    "repository": {"full_name": OWNER_REPO, "default_branch": "main"}})
+    )  # fmt: skip
+    log = tmp_path / "act-labeled.log"
+    code = _act(repo, "pull_request", labeled, env, log, published)
+    text = log.read_text()
+    assert code == 0, text[-6000:]
+    assert "torch-matrix at" not in text and not _job_lines(text, "plan"), text[-3000:]

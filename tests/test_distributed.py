@@ -54,9 +54,10 @@ def test_rank_hang_recorded_as_timeout(dist_run: tuple[int, Path]) -> None:
     assert "15s" in doc["failure"]["message"]
 
 
-def test_rank_exception_ends_the_cell_quickly(dist_run: tuple[int, Path]) -> None:
+def test_rank_exception_ends_the_cell_with_its_own_failure(dist_run: tuple[int, Path]) -> None:
     doc = read_result(dist_run[1] / "cells" / "rank_raises@cpu.json")
     assert doc["status"] == "failed"
     assert doc["failure"]["mode"] == "exception"
+    # The failing rank's own exception ends the cell, not the process group's timeout.
     assert "rank 1 failed: planted: rank 1 gives up" in doc["failure"]["message"]
-    assert doc["wall_s"] < 60  # not the 300 s process-group timeout
+    assert "timed out" not in doc["failure"]["message"]

@@ -188,9 +188,17 @@ class Collective:
                 raise TimeoutError(f"call {index} never completed")
 
 
-def _simulate(stops: list[int], delays: list[float], patience: float) -> list[int]:
-    """Each rank makes stops[rank] timed calls, waits delays[rank], then agrees."""
-    world, store, collective = len(stops), FakeStore(), Collective(len(stops))
+def _simulate(
+    stops: list[int],
+    delays: list[float],
+    patience: float,
+    store: FakeStore | None = None,
+    hold: dict[int, threading.Event] | None = None,
+) -> list[int]:
+    """Each rank makes stops[rank] timed calls, waits delays[rank] (or, for a rank in hold, for
+    its event), then agrees."""
+    world, collective = len(stops), Collective(len(stops))
+    store = store or FakeStore()
     results: dict[int, int] = {}
     errors: list[BaseException] = []
 
@@ -205,7 +213,10 @@ def _simulate(stops: list[int], delays: list[float], patience: float) -> list[in
         try:
             for _ in range(stops[rank]):
                 call()
-            time.sleep(delays[rank])
+            if hold and rank in hold:
+                assert hold[rank].wait(20), f"rank {rank} was never released"
+            else:
+                time.sleep(delays[rank])
             results[rank] = agree_on_calls(store, rank, world, count, call, patience, timeout_s=20)
         except BaseException as exc:
             errors.append(exc)
@@ -228,6 +239,21 @@ def test_lockstep_releases_a_rank_blocked_one_call_ahead() -> None:
     assert _simulate([5, 5, 6], [0.0, 0.0, 0.0], patience=0.2) == [6, 6, 6]
 
 
+class WatchedStore(FakeStore):
+    """A store that sets an event when a key first takes a value: an order, not a delay."""
+
+    def __init__(self, key: str, value: str) -> None:
+        super().__init__()
+        self.watched, self.seen = (key, value), threading.Event()
+
+    def set(self, key: str, value: str) -> None:
+        super().set(key, value)
+        if (key, value) == self.watched:
+            self.seen.set()
+
+
 def test_lockstep_survives_a_slow_rank_taken_for_blocked() -> None:
-    # Rank 1 is merely slow to post: rank 0 guesses wrong, steps once more, and rank 1 follows.
-    assert _simulate([5, 5], [0.0, 0.5], patience=0.1) == [6, 6]
+    # Rank 1 is merely slow to post: it posts only after rank 0 has given up waiting, guessed it
+    # blocked and stepped once more (posted 6); rank 1 then follows. No race against a clock.
+    store = WatchedStore("torch-matrix/lockstep/count/0", "6")
+    assert _simulate([5, 5], [0.0, 0.0], 0.1, store, hold={1: store.seen}) == [6, 6]

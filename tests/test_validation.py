@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from suite.core.errors import InputError
-from suite.core.validation import validate_file
+from suite.core.validation import load_document, validate_file
 from tests.helpers import TESTS, cli
 
 VALID = sorted((TESTS / "fixtures" / "valid").iterdir())
@@ -16,8 +16,17 @@ INVALID = sorted(p for p in (TESTS / "fixtures" / "invalid").iterdir() if p.suff
 
 
 @pytest.mark.parametrize("path", VALID, ids=lambda p: p.name)
-def test_valid_fixture(path: Path) -> None:
-    validate_file(path)
+def test_valid_fixture(path: Path, tmp_path: Path) -> None:
+    """It validates, as the kind it is; the same file with its required `workloads` field
+    removed does not (so the pass is the schema's, not a check that accepts anything)."""
+    assert validate_file(path) == "torch-matrix/matrix"
+    doc = load_document(path)
+    del doc["workloads"]
+    broken = tmp_path / f"broken-{path.stem}.json"
+    broken.write_text(json.dumps(doc))
+    with pytest.raises(InputError) as info:
+        validate_file(broken, "torch-matrix/matrix")
+    assert info.value.file == str(broken) and "workloads" in str(info.value)
 
 
 @pytest.mark.parametrize("path", INVALID, ids=lambda p: p.name)
