@@ -6,7 +6,7 @@ the enums of schemas/*.json. The TypedDicts give the records' shapes to the type
 result a worker writes (result.schema.json), the run a parent keeps (run.schema.json) and the
 decision an A/B ends in (decision.schema.json). Each record has one builder, in the module that
 owns its file: `core.results.base_result` and `failure_result`, `execute.runner.Run`,
-`judge.verdicts.gate_result`, `flows.compare.decide`.
+`judge.verdicts.gate_result`, `flows.compare.decision_record`.
 """
 
 from __future__ import annotations

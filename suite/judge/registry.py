@@ -1,6 +1,9 @@
 """Which function judges which gate: one registry over every gate the policy can name
-(policy.GATE_NEEDS), and the loop that judges one cell with it. No dispatch on gate names
-elsewhere; adding a gate means a function and an entry here."""
+(policy.GATE_NEEDS), and the loop that judges one cell with it. Adding a gate means a function
+and an entry here, its name in policy.GATE_NEEDS (with the fields it needs), and a row of the
+README's gate table (a test holds the two equal). Gate names are still read elsewhere, not to
+judge: flows/ab.py runs the rollback checks and the counting processes only where the policy
+names the rollback and instructions gates, and report/table.py orders the columns."""
 
 from __future__ import annotations
 

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 if TYPE_CHECKING:
     import torch
 
-BACKEND_NAMES = ("cpu", "cuda", "rocm", "mps")
 _SAMPLE_INTERVAL_S = 0.001
 
 
