@@ -42,10 +42,10 @@ from tabulate import tabulate
 from suite.core.matrix import Entry, Matrix, expand
 from suite.core.progress import Progress
 from suite.execute.environment import RunOptions
+from suite.execute.prepared import PreparedSide
 from suite.execute.runner import Run
-from suite.execute.side_record import Side as Prepared
 from suite.flows.ab import Rounds, count_cells
-from suite.flows.compare import Side, decide
+from suite.flows.compare import LoadedRun, decide
 from suite.judge.policy import Gate, Policy, load_policy
 from suite.judge.sequential import TIMING_GATES
 
@@ -135,10 +135,10 @@ def run_level(
         run.finish()
     if metric == "instructions":
         here = sys.executable
-        sides = {role: Prepared("current", role, here, 0.0, "current") for role in runs}
+        sides = {role: PreparedSide("current", role, here, 0.0, "current") for role in runs}
         count_cells(cells, runs, sides, progress)
     wall = time.perf_counter() - start
-    decision = decide(Side.load(out / "baseline"), Side.load(out / "candidate"), policy)
+    decision = decide(LoadedRun.load(out / "baseline"), LoadedRun.load(out / "candidate"), policy)
     counts: Counter[str] = Counter()
     for cell in decision["cells"]:
         gate = next((g for g in cell["gates"] if g["gate"] == metric), None)

@@ -30,7 +30,7 @@ from suite.core.spec import CellSpec
 from suite.execute.environment import RunOptions
 from suite.execute.runner import Run
 from suite.flows.ab import Rounds
-from suite.flows.compare import Side, decide
+from suite.flows.compare import LoadedRun, decide
 from suite.judge.policy import load_policy
 
 SPIN = "while True: pass"
@@ -132,7 +132,7 @@ def main() -> None:
             headers=["cell", "round", "attempt", "busy planted", "other CPUs", "", "p50 ms"],
         )
     )
-    decision = decide(Side.load(out / "baseline"), Side.load(out / "candidate"), policy)
+    decision = decide(LoadedRun.load(out / "baseline"), LoadedRun.load(out / "candidate"), policy)
     print()
     for cell in decision["cells"]:
         for gate in cell["gates"]:

@@ -89,7 +89,7 @@ def test_without_the_package_the_cell_names_it(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_a_failing_cutedsl_row_is_capped_at_isolate(tmp_path: Path) -> None:
-    from suite.flows.compare import Side, decide
+    from suite.flows.compare import LoadedRun, decide
     from suite.judge.policy import load_policy
     from tests.synthetic import Cell, make_run
 
@@ -101,7 +101,7 @@ def test_a_failing_cutedsl_row_is_capped_at_isolate(tmp_path: Path) -> None:
     b = make_run(tmp_path / "b", [ok], run_id="20261201T100000Z-aaaaaa")
     c = make_run(tmp_path / "c", [broken], run_id="20261201T100000Z-bbbbbb")
     # nightly-training's fleet is cuda: the same failure in production would be a rollback.
-    decision = decide(Side.load(b), Side.load(c), load_policy(None, "nightly-training"))
+    decision = decide(LoadedRun.load(b), LoadedRun.load(c), load_policy(None, "nightly-training"))
     (row,) = decision["rows"]
     assert row["row_id"] == "cutedsl@cuda" and row["decision"] == "isolate"
     assert any("capped at isolate (prototype lane" in r for r in row["reasons"])

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from suite.core.errors import InputError
-from suite.flows.compare import Side, decide
+from suite.flows.compare import LoadedRun, decide
 from suite.judge.policy import load_policy
 from suite.judge.rules import TIMING_GATES, apply_rules, exit_code, overall
 from tests.helpers import cli
@@ -41,7 +41,7 @@ def _decide(
         env=cand_env,
         policy_sha=cand_policy_sha,
     )
-    return decide(Side.load(b), Side.load(c), load_policy(policy_file, profile))
+    return decide(LoadedRun.load(b), LoadedRun.load(c), load_policy(policy_file, profile))
 
 
 def _gate(decision: dict[str, Any], cell_id: str, gate: str) -> dict[str, Any]:
@@ -233,7 +233,7 @@ def test_different_matrices_refused(tmp_path: Path) -> None:
     b = make_run(tmp_path / "b", [Cell()], run_id="20261130T100000Z-aaaaaa")
     c = make_run(tmp_path / "c", [Cell()], run_id="20261130T100000Z-bbbbbb", matrix_sha="1" * 64)
     with pytest.raises(InputError) as info:
-        decide(Side.load(b), Side.load(c), load_policy(None, None))
+        decide(LoadedRun.load(b), LoadedRun.load(c), load_policy(None, None))
     assert info.value.path == "$.matrix.sha256" and info.value.file == str(c / "run.json")
     code, _, err = cli("compare", str(b), str(c))
     assert code == 2 and "$.matrix.sha256" in err and "Traceback" not in err
@@ -280,8 +280,8 @@ def test_failed_rollback_gate_defers(tmp_path: Path) -> None:
         "checkpoint.torch_save.candidate-to-baseline", "fail", "Missing key(s) in state_dict"
     )
     d = decide(
-        Side.load(b),
-        Side.load(c),
+        LoadedRun.load(b),
+        LoadedRun.load(c),
         load_policy(None, "research"),
         extra_cells=[bad],
         rollback={
@@ -310,11 +310,11 @@ def test_optional_dependency_skipped_on_both_is_not_missing_evidence(tmp_path: P
     for run_dir in (b, c):  # the export gate reads the path parameter
         for f in (run_dir / "cells").glob("export*.json"):
             f.write_text(f.read_text().replace('"case": "onnx"', '"path": "onnx"'))
-    research = decide(Side.load(b), Side.load(c), load_policy(None, "research"))
+    research = decide(LoadedRun.load(b), LoadedRun.load(c), load_policy(None, "research"))
     assert _gate(research, "export.onnx@cpu", "status")["verdict"] == "unsupported"
     assert research["decision"] == "adopt"
     # a profile that requires the ONNX path defers: it was never shown to work here
-    serving = decide(Side.load(b), Side.load(c), load_policy(None, "inference-service"))
+    serving = decide(LoadedRun.load(b), LoadedRun.load(c), load_policy(None, "inference-service"))
     assert _gate(serving, "export.onnx@cpu", "export")["verdict"] == "unsupported"
     assert serving["decision"] == "defer"
 

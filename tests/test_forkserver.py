@@ -24,7 +24,7 @@ from suite.execute.cell import worker_argv
 from suite.execute.environment import RunOptions, worker_env
 from suite.execute.forkclient import ForkServer, fork_launcher_enabled
 from suite.execute.forkserver import Request, import_time_env
-from suite.execute.launch import Launcher, Outcome, Step, run_process
+from suite.execute.launch import Launcher, ProcessExit, Step, run_process
 from tests.helpers import PLANTED, REPO, TESTS, cli
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
@@ -94,7 +94,7 @@ def _cell(
     *,
     cwd: Path | None = None,
     timeout_s: float = PATIENCE_S,
-) -> tuple[Outcome, dict[str, Any] | None, Path]:
+) -> tuple[ProcessExit, dict[str, Any] | None, Path]:
     result = tmp / "cells" / f"{spec.cell_id}.json"
     log = tmp / "logs" / f"{spec.cell_id}.log"
     argv = worker_argv(sys.executable, spec, result, new_run_id(), 0)

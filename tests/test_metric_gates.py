@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import torch
 
-from suite.flows.compare import Side, decide
+from suite.flows.compare import LoadedRun, decide
 from suite.judge.policy import load_policy
 from tests.helpers import REPO, cli
 from tests.synthetic import Cell, make_run
@@ -23,7 +23,7 @@ def _gate(
 ) -> dict[str, Any]:
     b = make_run(tmp_path / "b", base, run_id="20261130T100000Z-aaaaaa", rounds=1)
     c = make_run(tmp_path / "c", cand, run_id="20261130T100000Z-bbbbbb", rounds=1)
-    decision = decide(Side.load(b), Side.load(c), load_policy(None, profile))
+    decision = decide(LoadedRun.load(b), LoadedRun.load(c), load_policy(None, profile))
     gates = decision["cells"][0]["gates"]
     return next(g for g in gates if g["gate"] == gate) | {"_decision": decision["decision"]}
 
@@ -78,7 +78,7 @@ def test_failing_export_path(tmp_path: Path) -> None:
     for run_dir in (b, c):  # the export gate reads the path parameter
         for f in (run_dir / "cells").glob("*.json"):
             f.write_text(f.read_text().replace('"case": "aoti"', '"path": "aoti"'))
-    decision = decide(Side.load(b), Side.load(c), load_policy(None, "inference-service"))
+    decision = decide(LoadedRun.load(b), LoadedRun.load(c), load_policy(None, "inference-service"))
     g = next(g for g in decision["cells"][0]["gates"] if g["gate"] == "export")
     assert g["verdict"] == "new-failure" and "could not compile the package" in g["message"]
     assert decision["decision"] in ("defer", "rollback")
@@ -106,7 +106,7 @@ def test_drift_between_pins(tmp_path: Path) -> None:
     policy = load_policy(None, "nightly-training")
     g = next(
         g
-        for g in decide(Side.load(b), Side.load(c), policy)["cells"][0]["gates"]
+        for g in decide(LoadedRun.load(b), LoadedRun.load(c), policy)["cells"][0]["gates"]
         if g["gate"] == "drift"
     )
     assert g["verdict"] == "fail" and "relative drift 0.001 > 0.0001 (fp32)" in g["message"]
@@ -132,7 +132,9 @@ def test_planted_nondeterminism_fails_the_gate(
     run = json.loads((cand / "run.json").read_text())
     run["matrix"] = json.loads((base / "run.json").read_text())["matrix"]
     (cand / "run.json").write_text(json.dumps(run))
-    decision = decide(Side.load(base), Side.load(cand), load_policy(None, "nightly-training"))
+    decision = decide(
+        LoadedRun.load(base), LoadedRun.load(cand), load_policy(None, "nightly-training")
+    )
     g = next(g for g in decision["cells"][0]["gates"] if g["gate"] == "determinism")
     assert g["verdict"] == "fail"
     assert "not deterministic across processes: first differing tensor 'output'" in g["message"]

@@ -11,7 +11,7 @@ from typing import Any
 
 from suite.core.results import read_run, write_run
 from suite.execute import shell
-from suite.flows.compare import Side, decide
+from suite.flows.compare import LoadedRun, decide
 from suite.judge.policy import load_policy
 from suite.report.markdown import render_markdown
 from tests.synthetic import Cell, make_run
@@ -55,7 +55,7 @@ def _job(tmp_path: Path, candidate: Cell, scales: list[float] | None = None) -> 
 
 
 def _decide(job: Path) -> dict[str, Any]:
-    base, cand = Side.load(job / "baseline"), Side.load(job / "candidate")
+    base, cand = LoadedRun.load(job / "baseline"), LoadedRun.load(job / "candidate")
     return decide(base, cand, load_policy(None, None))
 
 

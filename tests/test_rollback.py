@@ -9,8 +9,8 @@ from typing import Any
 import torch
 
 from suite.execute.environment import RunOptions, worker_env
-from suite.execute.launch import Outcome, Step, run_process
-from suite.execute.sides import Side
+from suite.execute.launch import ProcessExit, Step, run_process
+from suite.execute.sides import PreparedSide
 from suite.flows.rollback import compatibility
 from suite.judge.rollback import compatibility_cells, judge_rehearsal
 from suite.worker import rollback
@@ -27,14 +27,14 @@ class _Run:
         self.worker_env = worker_env(RunOptions(out=tmp))
 
 
-def _side(planted: bool) -> Side:
-    def launcher(step: Step) -> Outcome:
+def _side(planted: bool) -> PreparedSide:
+    def launcher(step: Step) -> ProcessExit:
         outcome = run_process(step)
         if planted and "write" in step.argv:
             _rename_keys(Path(step.argv[list(step.argv).index("--into") + 1]))
         return outcome
 
-    return Side("current", "current", sys.executable, 0.0, "current", launcher=launcher)
+    return PreparedSide("current", "current", sys.executable, 0.0, "current", launcher=launcher)
 
 
 def test_read_reports_renamed_keys(tmp_path: Path) -> None:

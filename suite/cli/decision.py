@@ -303,12 +303,12 @@ def compare(
     out_file: Path | None,
 ) -> None:
     """Decide from two existing run directories."""
-    from suite.flows.compare import Side, decide
+    from suite.flows.compare import LoadedRun, decide
     from suite.judge.policy import load_policy
     from suite.report import render
 
     policy = load_policy(policy_file, policy_profile)
-    decision = decide(Side.load(baseline_dir), Side.load(candidate_dir), policy)
+    decision = decide(LoadedRun.load(baseline_dir), LoadedRun.load(candidate_dir), policy)
     if out_file is not None:
         out_file.parent.mkdir(parents=True, exist_ok=True)
         out_file.write_text(render(decision, fmt), encoding="utf-8")

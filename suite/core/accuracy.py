@@ -25,7 +25,7 @@ DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
 
 
 @dataclass(frozen=True)
-class Verdict:
+class AccuracyVerdict:
     passed: bool
     rmse_result: float
     rmse_reference: float
@@ -77,10 +77,10 @@ def judge(
     rmse_reference: float,
     dtype: str,
     tolerances: dict[str, tuple[float, float]] | None = None,
-) -> Verdict:
+) -> AccuracyVerdict:
     k, tol = (tolerances or DEFAULT_TOLERANCES).get(dtype, DEFAULT_TOLERANCES["fp32"])
     passed = math.isfinite(rmse_result) and rmse_result <= k * rmse_reference + tol
-    return Verdict(passed, rmse_result, rmse_reference, k, tol)
+    return AccuracyVerdict(passed, rmse_result, rmse_reference, k, tol)
 
 
 @dataclass(frozen=True)

@@ -100,7 +100,7 @@ class RunCell(TypedDict):
     round: int
 
 
-class Run(TypedDict, total=False):
+class RunRecord(TypedDict, total=False):
     """A run directory's run.json, kept current by `execute.runner.Run` after every cell."""
 
     kind: Literal["torch-matrix/run"]
@@ -126,7 +126,7 @@ class Run(TypedDict, total=False):
     cells: list[RunCell]
 
 
-class Gate(TypedDict, total=False):
+class GateRecord(TypedDict, total=False):
     """One gate's verdict on one cell; `decision` is added when the policy's rules are applied."""
 
     gate: str
@@ -165,7 +165,7 @@ class Cell(TypedDict):
     lane: Lane
     baseline_status: Status | None
     candidate_status: Status | None
-    gates: list[Gate]
+    gates: list[GateRecord]
     repro: Repro | None
     artifacts: dict[str, str]
 

@@ -22,7 +22,7 @@ from suite.core.results import (
 )
 from suite.core.spec import CellSpec
 from suite.execute.environment import RunOptions
-from suite.execute.launch import Launcher, Outcome, Step, read_tail
+from suite.execute.launch import Launcher, ProcessExit, Step, read_tail
 
 
 def _record_for_outcome(
@@ -30,7 +30,7 @@ def _record_for_outcome(
     run_id: str,
     round_no: int,
     options: RunOptions,
-    outcome: Outcome,
+    outcome: ProcessExit,
     log: Path,
     started_at: str,
     memory_limit: int | None,

@@ -30,9 +30,9 @@ from suite.core.errors import EnvironmentProblem, InputError
 from suite.core.secrets import withheld, without_secrets
 from suite.execute import shell
 from suite.execute.devices import device_flags, device_options
-from suite.execute.launch import TERM_GRACE_S, Outcome, Step
+from suite.execute.launch import TERM_GRACE_S, ProcessExit, Step
 from suite.execute.mounts import collapse, mounts_for, uncovered
-from suite.execute.side_record import Side
+from suite.execute.prepared import PreparedSide
 from suite.worker.envinfo import ENV_PREFIXES, IMAGE_DIGEST_VAR, IMAGE_REF_VAR
 
 PREFIX = "docker:"
@@ -124,7 +124,7 @@ class ContainerLauncher:
     extra_mounts: tuple[tuple[str, str], ...] = ()  # (host path, "rw" | "ro")
     client_factory: Callable[[], Any] = docker_client
 
-    def __call__(self, step: Step) -> Outcome:
+    def __call__(self, step: Step) -> ProcessExit:
         client = self.client_factory()
         step.log_path.parent.mkdir(parents=True, exist_ok=True)
         argv, cwd = step.argv, step.cwd
@@ -188,12 +188,12 @@ class ContainerLauncher:
             with contextlib.suppress(Exception):
                 container.remove(force=True)
         if timed_out:
-            return Outcome(None, None, True, wall, None)
+            return ProcessExit(None, None, True, wall, None)
         code, sig = exit_status(exit_code, oom)
         # A cgroup OOM kill leaves no rusage; the peak was at the limit, which is what the
         # runner reads as an out-of-memory SIGKILL.
         maxrss = step.memory_limit_bytes if oom else None
-        return Outcome(code, sig, False, wall, maxrss)
+        return ProcessExit(code, sig, False, wall, maxrss)
 
 
 def _pick_digest(repo_digests: Sequence[str], reference: str) -> str | None:
@@ -252,7 +252,7 @@ def check_suite(labels: Mapping[str, str], reference: str) -> str:
     return theirs
 
 
-def prepare_docker(spec: str, role: str) -> Side:
+def prepare_docker(spec: str, role: str) -> PreparedSide:
     """A side that runs its workers in containers of a local image (pulled only when absent)."""
     from suite.execute.images import LABEL_BASE_DIGEST, LABEL_RECIPE
 
@@ -278,7 +278,7 @@ def prepare_docker(spec: str, role: str) -> Side:
     except ValueError:
         recipe = None
     tags = [t for t in (image.tags or []) if not t.endswith(":latest")]
-    return Side(
+    return PreparedSide(
         spec=spec,
         label=f"docker:{reference} (torch {torch or 'unknown'})",
         interpreter="python",  # the image's, first on its PATH

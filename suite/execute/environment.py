@@ -15,7 +15,7 @@ from typing import Any
 from suite.core.errors import EnvironmentProblem
 from suite.core.progress import Progress
 from suite.core.validation import validate
-from suite.execute.launch import Launcher, Outcome, Step, read_tail, run_process
+from suite.execute.launch import Launcher, ProcessExit, Step, read_tail, run_process
 
 PROBE_TIMEOUT_S = 300.0
 
@@ -126,7 +126,7 @@ def probe_environment(
     return env
 
 
-def _describe(outcome: Outcome) -> str:
+def _describe(outcome: ProcessExit) -> str:
     if outcome.timed_out:
         return f"timed out after {outcome.wall_s:.0f}s"
     if outcome.signal_name:

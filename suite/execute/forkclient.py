@@ -27,7 +27,7 @@ from suite.core.errors import EnvironmentProblem
 from suite.execute.forkserver import Request, import_time_env
 from suite.execute.launch import (
     TERM_GRACE_S,
-    Outcome,
+    ProcessExit,
     Step,
     _preexec,
     read_tail,
@@ -169,7 +169,7 @@ class ForkServer:
     def server_pid(self) -> int | None:
         return self._server.proc.pid if self._server is not None else None
 
-    def __call__(self, step: Step) -> Outcome:
+    def __call__(self, step: Step) -> ProcessExit:
         request_env = dict(os.environ if step.env is None else step.env)
         rest = self._worker_args(step.argv)
         if rest is None or import_time_env(request_env) != self._frozen:
@@ -190,7 +190,7 @@ class ForkServer:
         head = [self.interpreter, "-m", WORKER_MODULE]
         return tuple(argv[3:]) if list(argv[:3]) == head else None
 
-    def _fork(self, request: Request, log_path: Path, timeout_s: float) -> Outcome:
+    def _fork(self, request: Request, log_path: Path, timeout_s: float) -> ProcessExit:
         server = self._ensure_server()
         log_path.parent.mkdir(parents=True, exist_ok=True)
         log_path.write_bytes(b"")  # the worker appends; run_process starts the log afresh too
@@ -207,7 +207,7 @@ class ForkServer:
             if "error" in forked:
                 _note(log_path, f"the fork server started no worker: {forked['error']}")
                 wall = time.perf_counter() - start
-                return Outcome(
+                return ProcessExit(
                     returncode=1, signal_name=None, timed_out=False, wall_s=wall, maxrss_bytes=None
                 )
             pid = int(forked["pid"])
@@ -224,7 +224,7 @@ class ForkServer:
             wall = time.perf_counter() - start
             _kill_group(pid, signal.SIGKILL)  # stragglers the worker left behind
             code = os.waitstatus_to_exitcode(int(done["status"]))
-            return Outcome(
+            return ProcessExit(
                 returncode=None if timed_out else code,
                 signal_name=None if timed_out else signal_name(code),
                 timed_out=timed_out,
@@ -239,7 +239,7 @@ class ForkServer:
                 f"the fork server for {self.interpreter} was lost during this worker ({exc}); "
                 "the worker died with it, and the next one starts a new server",
             )
-            return Outcome(
+            return ProcessExit(
                 returncode=None if timed_out else 1,
                 signal_name=None,
                 timed_out=timed_out,

@@ -40,11 +40,11 @@ class Step:
 class Launcher(Protocol):
     """Runs a step to completion or timeout. run_process is the local one."""
 
-    def __call__(self, step: Step) -> Outcome: ...
+    def __call__(self, step: Step) -> ProcessExit: ...
 
 
 @dataclass(frozen=True)
-class Outcome:
+class ProcessExit:
     returncode: int | None  # None: did not exit before the timeout
     signal_name: str | None
     timed_out: bool
@@ -74,7 +74,7 @@ def _preexec(memory_limit_bytes: int | None) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (memory_limit_bytes, memory_limit_bytes))
 
 
-def run_process(step: Step) -> Outcome:
+def run_process(step: Step) -> ProcessExit:
     """Run the step's argv with stdout+stderr to its log; kill its process group after its
     timeout."""
     argv, log_path, timeout_s, env, memory_limit_bytes = (
@@ -111,7 +111,7 @@ def run_process(step: Step) -> Outcome:
     _, raw_status, usage = status[0]
     code = os.waitstatus_to_exitcode(raw_status)
     maxrss = usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024)
-    return Outcome(
+    return ProcessExit(
         returncode=None if timed_out else code,
         signal_name=None if timed_out else signal_name(code),
         timed_out=timed_out,

@@ -19,9 +19,9 @@ from suite.core.errors import EnvironmentProblem, InputError
 from suite.core.secrets import redact_text, without_credential
 from suite.execute.cache import cache_root
 from suite.execute.indexes import Indexes
-from suite.execute.side_record import Side
+from suite.execute.prepared import PreparedSide
 
-__all__ = ["Side", "parse", "prepare"]
+__all__ = ["PreparedSide", "parse", "prepare"]
 
 _REQUIREMENT = re.compile(r"^torch\s*(\[[^\]]*\])?\s*(==|~=|>=|<=|>|<|!=|===|@)")
 # Runtime needs of the worker besides torch; the suite itself travels on PYTHONPATH.
@@ -123,7 +123,7 @@ def venv_for(
 
 def prepare(
     spec: str, role: str, *, log: Path | None = None, indexes: Indexes | None = None
-) -> Side:
+) -> PreparedSide:
     """The side a spec names, ready to run workers (a venv built, an image resolved). Indexes
     apply to a torch requirement only: another kind of side has its torch already."""
     kind = _kind(spec, role)
@@ -137,27 +137,27 @@ def prepare(
     return kind.prepare(spec, role, log, indexes or Indexes())
 
 
-def _current(spec: str, role: str, log: Path | None, indexes: Indexes) -> Side:
-    return Side(spec, "current", sys.executable, 0.0, "current")
+def _current(spec: str, role: str, log: Path | None, indexes: Indexes) -> PreparedSide:
+    return PreparedSide(spec, "current", sys.executable, 0.0, "current")
 
 
-def _python(spec: str, role: str, log: Path | None, indexes: Indexes) -> Side:
+def _python(spec: str, role: str, log: Path | None, indexes: Indexes) -> PreparedSide:
     path = shutil.which(spec) or spec
     if not Path(path).is_file():
         raise InputError(f"interpreter {spec!r} does not exist", option=f"--{role}")
-    return Side(spec, Path(path).parent.parent.name or spec, path, 0.0, "python")
+    return PreparedSide(spec, Path(path).parent.parent.name or spec, path, 0.0, "python")
 
 
-def _docker(spec: str, role: str, log: Path | None, indexes: Indexes) -> Side:
+def _docker(spec: str, role: str, log: Path | None, indexes: Indexes) -> PreparedSide:
     from suite.execute.docker import prepare_docker  # the Docker SDK only when a side needs it
 
     return prepare_docker(spec, role)
 
 
-def _requirement(spec: str, role: str, log: Path | None, indexes: Indexes) -> Side:
+def _requirement(spec: str, role: str, log: Path | None, indexes: Indexes) -> PreparedSide:
     interpreter, took = venv_for(spec, log=log, indexes=indexes)
     label = redact_text(spec) + (f" ({indexes.shown()})" if indexes else "")
-    return Side(spec, label, str(interpreter), took, "requirement", indexes=indexes)
+    return PreparedSide(spec, label, str(interpreter), took, "requirement", indexes=indexes)
 
 
 @dataclass(frozen=True)
@@ -166,7 +166,7 @@ class SideKind:
 
     name: str
     matches: Callable[[str], bool]
-    prepare: Callable[[str, str, Path | None, Indexes], Side]
+    prepare: Callable[[str, str, Path | None, Indexes], PreparedSide]
 
 
 # Tried in order: the first kind whose test matches the spec is its kind.

@@ -30,9 +30,8 @@ from suite.core.spec import CellSpec
 from suite.execute.counting import Counter, count_file, countable
 from suite.execute.environment import RunOptions
 from suite.execute.runner import Run
-from suite.execute.sides import Side
-from suite.flows.compare import Side as Loaded
-from suite.flows.compare import decide, differences
+from suite.execute.sides import PreparedSide
+from suite.flows.compare import LoadedRun, decide, differences
 from suite.flows.rollback import run_checks
 from suite.judge.gates import paired_rounds, side_status, timing_verdict
 from suite.judge.instructions import REPLICATES
@@ -59,7 +58,7 @@ class AbOptions:
     count: bool = True  # the instructions gate's counting, where the policy names the gate
 
 
-def side_command(matrix: Matrix, side: Side, resolved: dict[str, Resolved]) -> list[str]:
+def side_command(matrix: Matrix, side: PreparedSide, resolved: dict[str, Resolved]) -> list[str]:
     """The plain run command equivalent to one side, for evidence and reproduction."""
     argv = ["torch-matrix", "run", "--python", side.interpreter, "--size", matrix.profile]
     if not matrix.file.startswith("<"):
@@ -257,8 +256,8 @@ def run_ab(
     matrix: Matrix,
     cells: Sequence[CellSpec],
     resolved: dict[str, Resolved],
-    baseline: Side,
-    candidate: Side,
+    baseline: PreparedSide,
+    candidate: PreparedSide,
     policy: Policy,
     options: AbOptions,
 ) -> dict[str, Any]:
@@ -331,8 +330,8 @@ def run_ab(
             phases.begin("rollback")
             checks()
         rollback_cells, rollback = judge_rollback(options.out, policy)
-    loaded_base = Loaded.load(options.out / "baseline", baseline.label)
-    loaded_cand = Loaded.load(options.out / "candidate", candidate.label)
+    loaded_base = LoadedRun.load(options.out / "baseline", baseline.label)
+    loaded_cand = LoadedRun.load(options.out / "candidate", candidate.label)
     decision = decide(
         loaded_base, loaded_cand, policy, extra_cells=rollback_cells, rollback=rollback
     )
@@ -363,7 +362,7 @@ def rollback_checks(
     matrix: Matrix,
     cells: Sequence[CellSpec],
     resolved: dict[str, Resolved],
-    sides: dict[str, Side],
+    sides: dict[str, PreparedSide],
     runs: dict[str, Run],
     options: AbOptions,
 ) -> Callable[[], float]:
@@ -386,7 +385,7 @@ def rollback_checks(
 def count_before_rounds(
     cells: Sequence[CellSpec],
     runs: dict[str, Run],
-    sides: dict[str, Side],
+    sides: dict[str, PreparedSide],
     progress: Progress | None,
     phases: Phases,
     checks: Callable[[], float] | None,
@@ -452,7 +451,7 @@ def add_op_diffs(decision: dict[str, Any], artifacts: dict[str, dict[str, str]])
 def count_cells(
     cells: Sequence[CellSpec],
     runs: dict[str, Run],
-    sides: dict[str, Side],
+    sides: dict[str, PreparedSide],
     progress: Progress | None,
     then: Callable[[], T] | None = None,
 ) -> T | None:
@@ -549,5 +548,5 @@ def _trace_failures(
     return artifacts
 
 
-def describe(side: Side) -> str:
+def describe(side: PreparedSide) -> str:
     return f"{redact_text(side.spec)} ({shlex.quote(side.interpreter)})"

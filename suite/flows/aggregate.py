@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from suite.core.errors import InputError
-from suite.flows.compare import Side, decide, decision_record
+from suite.flows.compare import LoadedRun, decide, decision_record
 from suite.judge.policy import Policy
 from suite.judge.rollback import judge_rollback
 
@@ -54,7 +54,7 @@ def aggregate(jobs: Sequence[Path], policy: Policy, *, notes: Sequence[str] = ()
             cell["row_id"] = f"rollback@{name}"
         if rollback is not None:
             rollbacks[name] = rollback
-        base, cand = Side.load(job / "baseline"), Side.load(job / "candidate")
+        base, cand = LoadedRun.load(job / "baseline"), LoadedRun.load(job / "candidate")
         decisions.append(decide(base, cand, policy, extra_cells=checks))
     first = decisions[0]
     worst = max(rollbacks.values(), key=lambda r: r.get("duration_s", 0.0)) if rollbacks else None

@@ -32,7 +32,7 @@ from suite.worker.envinfo import cpu_model
 if TYPE_CHECKING:
     from suite.core.matrix import Matrix
     from suite.core.progress import Progress
-    from suite.execute.sides import Side
+    from suite.execute.sides import PreparedSide
     from suite.workloads import Resolved
 
 KIND = "torch-matrix/calibration"
@@ -261,14 +261,14 @@ def run_calibration(
     matrix: Matrix,
     cells: Sequence[CellSpec],
     resolved: dict[str, Resolved],
-    side: Side,
+    side: PreparedSide,
     policy: Policy,
     options: CalibrateOptions,
 ) -> dict[str, Any]:
     """Run the A/A, then write and return its calibration record."""
     # Imported here: plan and ab read calibrations without the machinery that runs workers.
     from suite.flows.ab import AbOptions, run_ab
-    from suite.flows.compare import Side as Loaded
+    from suite.flows.compare import LoadedRun
 
     check_out(options.out, options.force)
     # The A/A runs every round it was asked for; the policy's budget belongs to the A/B being
@@ -284,8 +284,8 @@ def run_calibration(
         rollback=False,
     )
     run_ab(matrix, cells, resolved, side, side, unbudgeted, ab_options)
-    base = Loaded.load(options.runs / "baseline")
-    cand = Loaded.load(options.runs / "candidate")
+    base = LoadedRun.load(options.runs / "baseline")
+    cand = LoadedRun.load(options.runs / "candidate")
     runner = runner_identity(base.run["environment"], hostname=socket.gethostname())
     doc = calibration(base.results, cand.results, policy, runner)
     write_calibration(options.out, doc)

@@ -33,7 +33,7 @@ COMPARABLE_FIELDS = (
 
 
 @dataclass
-class Side:
+class LoadedRun:
     label: str
     dir: Path
     run: dict[str, Any]
@@ -41,7 +41,7 @@ class Side:
     counts: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # counting processes
 
     @classmethod
-    def load(cls, run_dir: Path, label: str | None = None) -> Side:
+    def load(cls, run_dir: Path, label: str | None = None) -> LoadedRun:
         run, records = read_run_dir(run_dir)
         by_cell: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for record in sorted(records, key=lambda r: r["round"]):
@@ -93,7 +93,7 @@ def differences(base: dict[str, Any], cand: dict[str, Any]) -> list[dict[str, An
     return out
 
 
-def _check_same_matrix(base: Side, cand: Side) -> None:
+def _check_same_matrix(base: LoadedRun, cand: LoadedRun) -> None:
     if (
         base.run["matrix"]["sha256"] != cand.run["matrix"]["sha256"]
         or base.run["profile"] != cand.run["profile"]
@@ -107,7 +107,7 @@ def _check_same_matrix(base: Side, cand: Side) -> None:
         )
 
 
-def design_of(base: Side, cand: Side, policy: Policy) -> Design:
+def design_of(base: LoadedRun, cand: LoadedRun, policy: Policy) -> Design:
     """The sequential design the rounds ran under: an A/B records it; runs made apart
     (`run --rounds N` on each side) are judged as a fixed design with one look at their
     common round count."""
@@ -124,8 +124,8 @@ def not_comparable(diffs: Sequence[Mapping[str, Any]]) -> str:
 
 
 def decide(
-    base: Side,
-    cand: Side,
+    base: LoadedRun,
+    cand: LoadedRun,
     policy: Policy,
     *,
     artifacts: dict[str, dict[str, str]] | None = None,

@@ -15,14 +15,14 @@ from suite.core.spec import CellSpec
 from suite.execute.environment import RunOptions
 from suite.execute.launch import Step
 from suite.execute.runner import Run
-from suite.execute.sides import Side, prepare
+from suite.execute.sides import PreparedSide, prepare
 from suite.judge.rollback import DIRECTIONS, RECORD, direction
 from suite.workloads import Resolved
 
 STEP_TIMEOUT_S = 900.0
 
 
-def _step(side: Side, run: Run, args: list[str], log: Path) -> int | None:
+def _step(side: PreparedSide, run: Run, args: list[str], log: Path) -> int | None:
     """One half in the side's interpreter: its exit code, None when it timed out."""
     outcome = side.launcher(
         Step([side.interpreter, "-m", "suite.worker.rollback", *args],
@@ -31,7 +31,9 @@ def _step(side: Side, run: Run, args: list[str], log: Path) -> int | None:
     return None if outcome.timed_out else outcome.returncode
 
 
-def compatibility(sides: dict[str, tuple[Side, Run]], out: Path) -> dict[str, dict[str, Any]]:
+def compatibility(
+    sides: dict[str, tuple[PreparedSide, Run]], out: Path
+) -> dict[str, dict[str, Any]]:
     """Checkpoints written by each pin, read by the other: how each step ended, per direction.
     The readers' reports land in out/rollback/DIRECTION.json."""
     steps: dict[str, dict[str, Any]] = {}
@@ -54,7 +56,7 @@ def rehearsal(
     matrix: Matrix,
     cells: Sequence[CellSpec],
     resolved: dict[str, Resolved],
-    baseline: Side,
+    baseline: PreparedSide,
     base_run: Run,
     out: Path,
 ) -> dict[str, float]:
@@ -87,7 +89,7 @@ def run_checks(
     matrix: Matrix,
     cells: Sequence[CellSpec],
     resolved: dict[str, Resolved],
-    sides: dict[str, tuple[Side, Run]],
+    sides: dict[str, tuple[PreparedSide, Run]],
     out: Path,
 ) -> None:
     """Both checks, and out/rollback/record.json saying how they went."""

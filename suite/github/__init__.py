@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 from suite.github.client import GitHubClient, GitHubError
-from suite.github.comment import Outcome, comment_body, marker, upsert_comment
+from suite.github.comment import CommentOutcome, comment_body, marker, upsert_comment
 
-__all__ = ["GitHubClient", "GitHubError", "Outcome", "comment_body", "marker", "upsert_comment"]
+__all__ = [
+    "CommentOutcome",
+    "GitHubClient",
+    "GitHubError",
+    "comment_body",
+    "marker",
+    "upsert_comment",
+]

@@ -38,7 +38,7 @@ Action = Literal["created", "updated", "unchanged", "skipped-newer"]
 
 
 @dataclass(frozen=True)
-class Outcome:
+class CommentOutcome:
     """What upsert_comment did; comment_id and url name the comment that now shows the report."""
 
     action: Action
@@ -181,7 +181,7 @@ def upsert_comment(
     name: str,
     run_started_at: str,
     author: str | None = None,
-) -> Outcome:
+) -> CommentOutcome:
     """Create, update or leave this matrix's comment on the PR; collapse duplicates.
 
     author skips the lookup of the token's own account when the caller already knows it.
@@ -209,13 +209,13 @@ def upsert_comment(
     )
     if not mine:
         made = client.post(f"{base}/{number}/comments", {"body": text})
-        return Outcome("created", int(made["id"]), str(made["html_url"]))
+        return CommentOutcome("created", int(made["id"]), str(made["html_url"]))
 
     stamped = [(when, c) for c in mine if (when := _started(c)) is not None]
     newest = max(stamped, key=lambda pair: pair[0], default=None)
     if newest is not None and newest[0] > ours_at:
         # A later run owns the thread now: change nothing, not even its duplicates.
-        return Outcome("skipped-newer", int(newest[1]["id"]), str(newest[1]["html_url"]))
+        return CommentOutcome("skipped-newer", int(newest[1]["id"]), str(newest[1]["html_url"]))
 
     keep, extra = mine[0], mine[1:]
     action: Action = "unchanged"
@@ -230,4 +230,4 @@ def upsert_comment(
             if exc.status != 404:  # another run deleted it first
                 raise
         deleted.append(int(dupe["id"]))
-    return Outcome(action, int(keep["id"]), str(keep["html_url"]), tuple(deleted))
+    return CommentOutcome(action, int(keep["id"]), str(keep["html_url"]), tuple(deleted))

@@ -12,8 +12,7 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 from suite.core import accuracy
-from suite.core.records import Gate as GateRecord
-from suite.core.records import Verdict
+from suite.core.records import GateRecord, Verdict
 from suite.core.results import disturbed
 from suite.judge import sequential
 from suite.judge.policy import Gate
@@ -179,7 +178,7 @@ def paired_rounds(
 
 def timing_verdict(
     gate: Gate, base: Sequence[Record], cand: Sequence[Record], design: Design
-) -> sequential.Verdict | None:
+) -> sequential.SequentialVerdict | None:
     """The sequential verdict of one timing gate, 'continue' while more rounds may come;
     None when the sides have no paired rounds to judge."""
     _, _, d = paired_rounds(gate.name, base, cand)

@@ -17,8 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from suite.core.records import Gate as GateRecord
-from suite.core.records import Verdict
+from suite.core.records import GateRecord, Verdict
 from suite.core.spec import countable
 from suite.judge.policy import Gate
 from suite.judge.verdicts import gate_result

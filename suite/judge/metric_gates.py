@@ -11,8 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from suite.core.records import Gate as GateRecord
-from suite.core.records import Verdict
+from suite.core.records import GateRecord, Verdict
 from suite.judge.policy import Gate
 from suite.judge.saved_outputs import NotMeasurable, saved_drift
 from suite.judge.verdicts import gate_result

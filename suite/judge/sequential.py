@@ -175,7 +175,7 @@ class Look:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class SequentialVerdict:
     outcome: Outcome
     rounds: int  # rounds the verdict rests on (the deciding look, else all that ran)
     change: float | None  # e^m - 1, worse-positive
@@ -218,7 +218,7 @@ def needed_rounds(spread: float, tau: float, design: Design) -> int | None:
     return max(MIN_ROUNDS, math.ceil((z * spread / tau) ** 2))
 
 
-def judge(d: Sequence[float], threshold: float, design: Design) -> Verdict:
+def judge(d: Sequence[float], threshold: float, design: Design) -> SequentialVerdict:
     """The verdict for these rounds under the design: the first look that decides, else
     'continue' while looks remain (and budget), else inconclusive with the reason."""
     if threshold < 0:
@@ -235,7 +235,7 @@ def judge(d: Sequence[float], threshold: float, design: Design) -> Verdict:
             return _verdict(last, last.outcome, None, tau, design)
     current = look(d, tau, design) if d else None
     if current is None:
-        return Verdict("continue", 0, None, None, None, None, None, "no rounds yet")
+        return SequentialVerdict("continue", 0, None, None, None, None, None, "no rounds yet")
     if len(d) >= design.max_rounds:
         final = last or current
         why: Undecided = "rounds" if final.rounds < MIN_ROUNDS else "noise"
@@ -247,13 +247,13 @@ def judge(d: Sequence[float], threshold: float, design: Design) -> Verdict:
 
 def _verdict(
     at: Look, outcome: Outcome, undecided: Undecided | None, tau: float, design: Design
-) -> Verdict:
+) -> SequentialVerdict:
     spread = at.sd if math.isfinite(at.sd) else None
     ci = None
     if math.isfinite(at.low) and math.isfinite(at.high):
         ci = (ratio_change(at.low), ratio_change(at.high))
     needed = needed_rounds(spread, tau, design) if spread is not None else None
-    return Verdict(
+    return SequentialVerdict(
         outcome=outcome,
         rounds=at.rounds,
         change=ratio_change(at.mean),
@@ -292,7 +292,7 @@ def _why(
     return f"undecided after {at.rounds} rounds: {spread}{need}"
 
 
-def settle(verdict: Verdict) -> Verdict:
+def settle(verdict: SequentialVerdict) -> SequentialVerdict:
     """A 'continue' when no more rounds will come: inconclusive, too few rounds ran."""
     if verdict.outcome != "continue":
         return verdict

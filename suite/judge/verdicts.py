@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from suite.core.records import Gate as GateRecord
-from suite.core.records import Verdict
+from suite.core.records import GateRecord, Verdict
 from suite.judge.policy import Gate
 
 Record = dict[str, Any]

@@ -11,7 +11,7 @@ from suite.execute.launch import Launcher, run_process
 
 
 @dataclass(frozen=True)
-class Side:
+class PreparedSide:
     spec: str  # as the user wrote it (written only through suite.core.secrets.redact_text)
     label: str  # short, for reports
     interpreter: str
