@@ -26,7 +26,7 @@ from suite.flows.calibrate import (
     threshold_warnings,
     write_calibration,
 )
-from suite.flows.compare import Side
+from suite.flows.compare import LoadedRun
 from suite.judge.policy import Policy, default_policy_text, load_policy
 from suite.report.calibration import TOO_TIGHT, render_calibration
 from tests.helpers import cli, planted
@@ -50,7 +50,7 @@ def _policy(tmp_path: Path, *, p50: float | None = None, budget_s: float | None 
     return load_policy(path, "research")
 
 
-def _sides(tmp_path: Path, cell: Cell, d: list[float]) -> tuple[Side, Side]:
+def _sides(tmp_path: Path, cell: Cell, d: list[float]) -> tuple[LoadedRun, LoadedRun]:
     """An A/A whose candidate differs from the baseline by exactly e^d[i] in round i: no noise
     inside a process (spread 0), so every statistic of a round carries the planted ratio."""
     quiet = Cell(workload=cell.workload, case=cell.case, spread=0.0)
@@ -62,7 +62,7 @@ def _sides(tmp_path: Path, cell: Cell, d: list[float]) -> tuple[Side, Side]:
         rounds=len(d),
         scales=[math.exp(x) for x in d],
     )
-    return Side.load(base), Side.load(cand)
+    return LoadedRun.load(base), LoadedRun.load(cand)
 
 
 def _calibrate(
