@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from suite.core.backends import backend_names
 from suite.core.results import cell_file, write_result, write_run
 from suite.core.spec import spec_hash
 from suite.core.stats import NOISY_RELATIVE_IQR, noise_grade, summarize
@@ -225,7 +226,7 @@ def make_run(
 # A research-profile A/B on a CPU-only runner, as a decision record: the default matrix's
 # workloads on cpu, cuda, rocm and mps (the last three skipped on both sides), the
 # rollback check, and timing gates from the sequential paired procedure.
-RESEARCH_BACKENDS = ("cpu", "cuda", "rocm", "mps")
+RESEARCH_BACKENDS = backend_names()
 RESEARCH_CASES = {
     "flex_attention": (
         "causal",

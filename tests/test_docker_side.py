@@ -342,8 +342,9 @@ def test_sdk_options_and_the_pasted_line_give_the_same_devices(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import suite.execute.devices as docker_side
+    from suite.core.backends import DeviceAccess
 
-    rocm = docker_side.Devices(nodes=("/dev/kfd", "/dev/dri"), groups=("video", "109"))
+    rocm = DeviceAccess(nodes=("/dev/kfd", "/dev/dri"), groups=("video", "109"))
     monkeypatch.setattr(docker_side, "devices", lambda backend: rocm)
     options = docker_side.device_options("rocm")
     assert options == {
@@ -356,7 +357,7 @@ def test_sdk_options_and_the_pasted_line_give_the_same_devices(
         "/dev/kfd",
         "/dev/dri",
     ]
-    monkeypatch.setattr(docker_side, "devices", lambda backend: docker_side.Devices(gpus=True))
+    monkeypatch.setattr(docker_side, "devices", lambda backend: DeviceAccess(gpus=True))
     (request,) = docker_side.device_options("cuda")["device_requests"]
     assert request["Capabilities"] == [["gpu"]]
     assert "--gpus all" in docker_run_line(DIGEST, "cuda", ["torch-matrix", "env"], {})

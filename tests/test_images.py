@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from suite.core.backends import image_backends
 from tests.helpers import REPO
 
 IMAGES = REPO / "images"
-BACKENDS = ("cpu", "cuda", "rocm")
+BACKENDS = image_backends()
 DOCKERFILES = {b: IMAGES / b / "Dockerfile" for b in BACKENDS}
 SCRIPTS = [
     IMAGES / "base" / "build-offline-base.sh",

@@ -17,11 +17,11 @@ from suite.core.matrix import Matrix, expand, load_matrix, select
 from suite.core.spec import CellSpec
 from suite.flows.plan import (
     COMPILED_COST,
-    DEFAULT_RUNNERS,
     GITHUB_MAX_JOBS,
-    TYPICAL_RUNNERS,
     cell_cost,
+    default_runners,
     plan,
+    typical_runners,
     unplanned,
     unplanned_note,
 )
@@ -39,7 +39,7 @@ def matrix(runners: dict[str, list[str]] | None = None) -> Matrix:
         backends=("cpu", "cuda", "rocm", "mps"),
         timeout_s=600.0,
         entries=[],
-        runners={b: list(v) for b, v in TYPICAL_RUNNERS.items()} if runners is None else runners,
+        runners={b: list(v) for b, v in typical_runners().items()} if runners is None else runners,
     )
 
 
@@ -60,7 +60,7 @@ def ids_by_job(strategy: dict[str, Any]) -> list[list[str]]:
 def test_one_cell_per_job_when_it_fits_with_default_labels() -> None:
     runners = {"cuda": ["self-hosted", "linux", "cuda"]}
     strategy = plan(matrix(runners), cells(2, ("cpu", "cuda")))
-    labels = {"cpu": list(DEFAULT_RUNNERS["cpu"]), "cuda": runners["cuda"]}
+    labels = {"cpu": list(default_runners()["cpu"]), "cuda": runners["cuda"]}
     assert strategy == {
         "include": [
             {
@@ -74,7 +74,7 @@ def test_one_cell_per_job_when_it_fits_with_default_labels() -> None:
             for n in (1, 2)
         ]
     }
-    assert DEFAULT_RUNNERS == {"cpu": ("self-hosted", "linux", "x64")}
+    assert default_runners() == {"cpu": ("self-hosted", "linux", "x64")}
 
 
 def test_a_backend_without_runners_is_not_planned_and_the_note_says_how_to_plan_it() -> None:

@@ -38,7 +38,6 @@ def _schema(name: str) -> dict[str, Any]:
         (records.DECISIONS, "policy", ("$defs", "decision")),
         (records.SEVERITIES, "policy", ("$defs", "severity")),
         (records.LANES, "decision", ("properties", "cells", "items", "properties", "lane")),
-        (records.BACKENDS, "matrix", ("$defs", "backends", "items")),
         (records.SIZES, "matrix", ("properties", "size")),
     ],
 )

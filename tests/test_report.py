@@ -26,7 +26,14 @@ import pytest
 
 from suite.core.errors import InputError
 from suite.core.validation import validate
-from suite.report import FORMATS, render, render_junit, render_markdown, render_table, write_chart
+from suite.report import (
+    format_names,
+    render,
+    render_junit,
+    render_markdown,
+    render_table,
+    write_chart,
+)
 from suite.report.escape import ZWJ, code_block, html_text, md
 from suite.report.table import format_bytes, format_seconds, format_value
 from tests.helpers import TESTS
@@ -653,7 +660,7 @@ def test_hostile_names_in_collapsed_lines_are_escaped() -> None:
 
 def test_registry_renders_every_format() -> None:
     doc = rollback_record()
-    for fmt in FORMATS:
+    for fmt in format_names():
         assert render(doc, fmt).endswith("\n")
     assert json.loads(render(doc, "json")) == doc
     with pytest.raises(InputError):
@@ -663,7 +670,7 @@ def test_registry_renders_every_format() -> None:
 def test_renderers_do_not_mutate_the_record() -> None:
     doc = hostile_record()
     before = copy.deepcopy(doc)
-    for fmt in FORMATS:
+    for fmt in format_names():
         render(doc, fmt)
     assert doc == before
 

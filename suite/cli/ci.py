@@ -15,7 +15,13 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from suite.cli.edge import handles_errors
-from suite.cli.options import calibration_option, policy_options, warn_below_resolution
+from suite.cli.options import (
+    SIZE_CHOICE,
+    backend_choice,
+    calibration_option,
+    policy_options,
+    warn_below_resolution,
+)
 from suite.core.errors import InputError
 from suite.core.secrets import redact_text
 from suite.github.outputs import write_github_output
@@ -168,12 +174,10 @@ def _output_value(value: Any) -> str:
     "--backend",
     "backends",
     multiple=True,
-    type=click.Choice(["cpu", "cuda", "rocm", "mps"]),
+    type=backend_choice(),
     help="Plan only these backends (repeatable).",
 )
-@click.option(
-    "--size", type=click.Choice(["smoke", "full"]), help="Problem sizes (default: the matrix's)."
-)
+@click.option("--size", type=SIZE_CHOICE, help="Problem sizes (default: the matrix's).")
 @click.option(
     "--max-jobs",
     type=click.IntRange(1, 256),

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from suite.cli.edge import handles_errors
+from suite.cli.options import image_backend_choice
 from suite.core.errors import InputError
 
 IMAGE_EPILOG = """\b
@@ -28,7 +29,7 @@ def image() -> None:
 @click.option(
     "--backend",
     required=True,
-    type=click.Choice(["cpu", "cuda", "rocm"]),
+    type=image_backend_choice(),
     help="Which images/<backend>/Dockerfile.",
 )
 @click.option("--torch", "torch_version", required=True, metavar="VERSION", help="Exact version.")

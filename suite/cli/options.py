@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import click
 
+from suite.core.backends import backend_names, image_backends
 from suite.core.errors import InputError
+from suite.core.records import SIZES
 
 if TYPE_CHECKING:
     from suite.core.matrix import Matrix
@@ -20,6 +22,40 @@ if TYPE_CHECKING:
     from suite.workloads import Resolved
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+class RegistryChoice(click.Choice[str]):
+    """A choice among the names a registry holds when the command line is read, so that a
+    backend or a report format registered after this module was imported (a plugin) is one."""
+
+    def __init__(self, names: Callable[[], Sequence[str]]) -> None:
+        self._names = names
+        super().__init__(names())
+
+    @property
+    def choices(self) -> tuple[str, ...]:
+        return tuple(self._names())
+
+    @choices.setter
+    def choices(self, _: Sequence[str]) -> None:
+        pass  # always read from the registry
+
+
+def backend_choice() -> RegistryChoice:
+    return RegistryChoice(backend_names)
+
+
+def image_backend_choice() -> RegistryChoice:
+    return RegistryChoice(image_backends)
+
+
+def format_choice() -> RegistryChoice:
+    from suite.report import format_names
+
+    return RegistryChoice(format_names)
+
+
+SIZE_CHOICE = click.Choice(SIZES)
 
 # Where `calibrate` writes by default, and where `ab` and `plan` look when given no file.
 DEFAULT_CALIBRATION = "torch-matrix-calibration.json"
@@ -170,7 +206,7 @@ def matrix_options(fn: F) -> F:
             "--backend",
             "backends",
             multiple=True,
-            type=click.Choice(["cpu", "cuda", "rocm", "mps"]),
+            type=backend_choice(),
             help="Run only these backends (repeatable).",
         ),
         click.option(
@@ -183,7 +219,7 @@ def matrix_options(fn: F) -> F:
         click.option(
             "--size",
             "size",
-            type=click.Choice(["smoke", "full"]),
+            type=SIZE_CHOICE,
             help="Problem sizes (default: the matrix's profile).",
         ),
         click.option(
@@ -278,7 +314,7 @@ def format_option(fn: F) -> F:
     return click.option(
         "--format",
         "fmt",
-        type=click.Choice(["table", "markdown", "json", "junit"]),
+        type=format_choice(),
         default="table",
         show_default=True,
         help="Report format on stdout.",

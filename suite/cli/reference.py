@@ -1,6 +1,7 @@
 """The README's reference section, generated from what defines it: every command's options
-(the click commands), the exit codes (suite.cli.options), the action's inputs and outputs
-(action.yml) and the reusable workflow's (its workflow_call). A test holds the README equal to
+(the click commands), the exit codes (suite.cli.options), the backends (suite.core.backends),
+the report formats (suite.report), the action's inputs and outputs (action.yml) and the
+reusable workflow's (its workflow_call). A test holds the README equal to
 this output, so an option, an input or an exit code cannot be added without its line.
 
     python -m suite.cli.reference           print the section
@@ -18,6 +19,7 @@ from typing import Any
 import click
 
 from suite.cli.options import DECISION_EXIT_CODES, EXIT_CODES
+from suite.core.backends import backend_entry, backend_names
 from suite.core.yamlsafe import load_yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,6 +109,49 @@ def _codes_rows(text: str) -> list[tuple[str, str]]:
     return [(f"`{code}`", what) for code, what in _codes(text)]
 
 
+def backends_section() -> list[str]:
+    entries = [backend_entry(name) for name in backend_names()]
+    return [
+        "### Backends",
+        "",
+        *_table(
+            ("backend", "detected when", "peak memory", "sync", "image", "default runner labels"),
+            (
+                (
+                    f"`{e.name}`",
+                    e.detected,
+                    e.memory,
+                    e.sync,
+                    f"`{e.dockerfile}`" if e.dockerfile else "none: runs natively",
+                    ", ".join(f"`{label}`" for label in e.runner_labels)
+                    + ("" if e.planned_by_default else " (planned only when named)"),
+                )
+                for e in entries
+            ),
+        ),
+        "",
+        "What each backend's CI runner needs with `sides: images`, and how far it is tested:",
+        "",
+        *_table(
+            ("backend", "the runner needs", "state"),
+            ((f"`{e.name}`", e.runner_needs, e.state) for e in entries),
+        ),
+        "",
+    ]
+
+
+def formats_section() -> list[str]:
+    from suite.report import format_names, format_summary
+
+    rows = ((f"`{name}`", format_summary(name)) for name in format_names())
+    return [
+        "### Report formats (`--format`)",
+        "",
+        *_table(("format", "what it is"), rows),
+        "",
+    ]
+
+
 def _io_rows(entries: Mapping[str, Any] | None, *, with_default: bool) -> list[tuple[str, ...]]:
     rows = []
     for name, spec in (entries or {}).items():
@@ -160,6 +205,8 @@ def reference(group: click.Group | None = None, root: Path = ROOT) -> str:
         "",
         *commands_section(group),
         *exit_codes_section(group),
+        *backends_section(),
+        *formats_section(),
         *action_section(root),
         *workflow_section(root),
         END,

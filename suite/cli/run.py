@@ -14,6 +14,7 @@ from suite import __version__
 from suite.cli.edge import handles_errors
 from suite.cli.options import (
     EXIT_CODES,
+    SIZE_CHOICE,
     CellChoice,
     fresh_out,
     matrix_options,
@@ -26,7 +27,7 @@ from suite.core.errors import InputError, warn
 @click.option(
     "--profile",
     "size_alias",
-    type=click.Choice(["smoke", "full"]),
+    type=SIZE_CHOICE,
     help="Deprecated: use --size (--profile names the policy profile in ab and compare).",
 )
 @click.option(

@@ -10,6 +10,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from suite.core.backends import backend_names
 from suite.core.errors import InputError, WorkloadError, warn
 from suite.core.spec import CellSpec
 from suite.core.validation import load_spec_document, validate
@@ -19,7 +20,6 @@ from suite.workloads.base import ParamValue
 
 DEFAULT_MATRIX_NAME = "<built-in default matrix>"
 DEFAULT_TIMEOUT_S = 600.0
-ALL_BACKENDS = ("cpu", "cuda", "rocm", "mps")
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ def _from_doc(doc: Any, file: str, sha256: str) -> Matrix:
         file=file,
         sha256=sha256,
         profile=_size(doc, file),
-        backends=tuple(doc.get("backends", ALL_BACKENDS)),
+        backends=tuple(doc.get("backends", backend_names())),
         timeout_s=float(doc.get("timeout", DEFAULT_TIMEOUT_S)),
         entries=entries,
         runners={k: list(v) for k, v in doc.get("runners", {}).items()},
@@ -113,9 +113,9 @@ def select(
             Entry(w, "production", {}, None, None, None) for w in workloads if w not in present
         ]
     for b in backends:
-        if b not in ALL_BACKENDS:
+        if b not in backend_names():
             raise InputError(
-                f"unknown backend {b!r}; expected one of {', '.join(ALL_BACKENDS)}",
+                f"unknown backend {b!r}; expected one of {', '.join(backend_names())}",
                 option="--backend",
             )
     return Matrix(

@@ -1,6 +1,7 @@
 """The vocabulary and the shapes of the suite's records, defined once.
 
-Every status, verdict, decision and failure mode a record may hold is a `Literal` here, and the
+Every status, verdict, decision and failure mode a record may hold is a `Literal` here (the
+backends, which a plugin may add to, are a registry: suite/core/backends.py), and the
 tuples the code iterates are read from those types; tests/test_records.py holds them equal to
 the enums of schemas/*.json. The TypedDicts give the records' shapes to the type checker: the
 result a worker writes (result.schema.json), the run a parent keeps (run.schema.json) and the
@@ -30,7 +31,6 @@ Decision = Literal["adopt", "isolate", "defer", "rollback"]
 Severity = Literal["hard", "soft", "budget", "required", "info"]
 Lane = Literal["production", "prototype"]
 Undecided = Literal["noise", "budget", "rounds"]
-Backend = Literal["cpu", "cuda", "rocm", "mps"]
 Size = Literal["smoke", "full"]
 
 STATUSES: tuple[Status, ...] = get_args(Status)
@@ -41,7 +41,6 @@ VERDICTS: tuple[Verdict, ...] = get_args(Verdict)
 DECISIONS: tuple[Decision, ...] = get_args(Decision)
 SEVERITIES: tuple[Severity, ...] = get_args(Severity)
 LANES: tuple[Lane, ...] = get_args(Lane)
-BACKENDS: tuple[Backend, ...] = get_args(Backend)
 SIZES: tuple[Size, ...] = get_args(Size)
 
 # Statuses of a cell that ran and broke (as opposed to one that was skipped or unsupported).

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -17,6 +17,7 @@ from typing import Any
 import jsonschema
 from referencing import Registry, Resource
 
+from suite.core.backends import backend_names, image_backends
 from suite.core.errors import InputError, SchemaErrors, SchemaVersionError
 from suite.core.yamlsafe import YamlProblem, load_yaml
 
@@ -43,17 +44,59 @@ def _schema_text(name: str) -> str:
         return (Path(__file__).resolve().parents[2] / "schemas" / name).read_text("utf-8")
 
 
-@functools.cache
-def schema(name: str) -> dict[str, Any]:
+# A schema node marked "x-registry": NAME lists that registry's names (its `enum`, or the
+# `required` keys of an object keyed by them), filled in when the schema is loaded so that a
+# registered backend is valid everywhere; the files list the built-in names, for tools that
+# read them directly (tests/test_registries.py holds the two equal).
+REGISTRIES: dict[str, Callable[[], tuple[str, ...]]] = {
+    "backends": backend_names,
+    "image-backends": image_backends,
+}
+
+
+def _fill_registries(node: Any) -> None:
+    if isinstance(node, dict):
+        names = REGISTRIES[node["x-registry"]]() if "x-registry" in node else None
+        if names is not None:
+            node["enum" if "enum" in node else "required"] = list(names)
+        for value in node.values():
+            _fill_registries(value)
+    elif isinstance(node, list):
+        for value in node:
+            _fill_registries(value)
+
+
+def schema_file(name: str) -> dict[str, Any]:
+    """A schema as its file has it."""
     loaded: dict[str, Any] = json.loads(_schema_text(name))
     return loaded
 
 
+def schema(name: str) -> dict[str, Any]:
+    """A schema with the registries' names as they are now."""
+    return _loaded(name, _registry_state())
+
+
+def _registry_state() -> tuple[tuple[str, ...], ...]:
+    return tuple(names() for names in REGISTRIES.values())
+
+
 @functools.cache
+def _loaded(name: str, _state: tuple[tuple[str, ...], ...]) -> dict[str, Any]:
+    loaded = schema_file(name)
+    _fill_registries(loaded)
+    return loaded
+
+
 def _registry() -> Registry:
+    return _schemas(_registry_state())
+
+
+@functools.cache
+def _schemas(state: tuple[tuple[str, ...], ...]) -> Registry:
     registry: Registry = Registry()
     for file_name, _ in KINDS.values():
-        contents = schema(file_name)
+        contents = _loaded(file_name, state)
         registry = registry.with_resource(contents["$id"], Resource.from_contents(contents))
     return registry
 

@@ -1,35 +1,30 @@
-"""The devices a container gets for a backend, one builder (Devices) for both the Docker SDK's
-options and the flags of a pasted docker run line."""
+"""The devices a container gets for a backend (its registry entry's), one builder for both the
+Docker SDK's options and the flags of a pasted docker run line."""
 
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+import glob
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-
-@dataclass(frozen=True)
-class Devices:
-    """What a backend's container needs of the host's devices; the SDK options and the
-    `docker run` flags both come from this, so the two cannot drift apart."""
-
-    gpus: bool = False  # NVIDIA Container Toolkit: every GPU
-    nodes: tuple[str, ...] = ()  # device nodes, passed through read-write-mknod
-    groups: tuple[str, ...] = ()  # supplementary groups that may open them
+from suite.core.backends import DeviceAccess, backend_entry
 
 
-def devices(backend: str | None) -> Devices:
-    if backend == "cuda":
-        return Devices(gpus=True)
-    if backend == "rocm":
-        groups = ["video"]
-        # The render nodes' group has no fixed name or id across distributions: pass its id.
-        for node in sorted(Path("/dev/dri").glob("renderD*")):
+def devices(backend: str | None) -> DeviceAccess:
+    """What the backend's container needs (its registry entry), with the owning groups of its
+    device nodes found on this host; the SDK options and the `docker run` flags both come from
+    this, so the two cannot drift apart."""
+    if backend is None:
+        return DeviceAccess()
+    wanted = backend_entry(backend).devices
+    groups = list(wanted.groups)
+    for pattern in wanted.node_groups:
+        for node in sorted(glob.glob(pattern)):
             with contextlib.suppress(OSError):
-                groups.append(str(node.stat().st_gid))
-        return Devices(nodes=("/dev/kfd", "/dev/dri"), groups=tuple(dict.fromkeys(groups)))
-    return Devices()
+                groups.append(str(Path(node).stat().st_gid))
+    return replace(wanted, groups=tuple(dict.fromkeys(groups)), node_groups=())
 
 
 def device_options(backend: str | None) -> dict[str, Any]:

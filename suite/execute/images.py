@@ -34,17 +34,22 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from suite.core.backends import backend_entry, backend_names, image_backends
 from suite.core.errors import EnvironmentProblem, InputError
 from suite.core.secrets import redact_text
 from suite.execute.cache import cache_root
 from suite.execute.devices import device_flags
 from suite.execute.indexes import Indexes
 
-DOCKERFILES = {
-    "cpu": "images/cpu/Dockerfile",
-    "cuda": "images/cuda/Dockerfile",
-    "rocm": "images/rocm/Dockerfile",
-}
+
+def dockerfile_of(name: str) -> str:
+    """The Dockerfile of a backend that has an image (its registry entry's folder)."""
+    dockerfile = backend_entry(name).dockerfile
+    if dockerfile is None:
+        raise InputError(f"backend {name!r} has no image", option="--backend")
+    return dockerfile
+
+
 LABEL_SUITE = "dev.torch-matrix.suite"
 LABEL_RECIPE = "dev.torch-matrix.recipe"
 LABEL_BASE_DIGEST = "org.opencontainers.image.base.digest"
@@ -114,10 +119,11 @@ class Recipe:
     wheel_dir: str | None = None  # a folder of wheels: then nothing comes from an index
 
     def __post_init__(self) -> None:
-        if self.backend not in DOCKERFILES:
+        if self.backend not in image_backends():
+            native = [b for b in backend_names() if b not in image_backends()]
             raise InputError(
                 f"no image for backend {self.backend!r}; images exist for "
-                f"{', '.join(DOCKERFILES)} (mps runs natively on macOS)",
+                f"{', '.join(image_backends())} ({', '.join(native)} run natively)",
                 option="--backend",
             )
         if not re.fullmatch(r"[0-9][0-9A-Za-z.+!_-]*", self.torch):
@@ -128,11 +134,15 @@ class Recipe:
         if self.from_base and self.base is None:
             raise InputError("--torch-from-base needs --base, the image that holds torch")
 
+    @property
+    def dockerfile(self) -> str:
+        return dockerfile_of(self.backend)
+
     def public(self) -> dict[str, Any]:
         """The recipe with every credential removed: for labels, records, keys and logs."""
         return {
             "backend": self.backend,
-            "dockerfile": DOCKERFILES[self.backend],
+            "dockerfile": self.dockerfile,
             "torch": self.torch,
             "from_base": self.from_base,
             "base": self.base,
@@ -273,10 +283,10 @@ def resolve_base(reference: str, *, pull: bool = True) -> Base:
 
 
 def default_base(context: Path, backend: str) -> str:
-    text = (context / DOCKERFILES[backend]).read_text("utf-8")
+    text = (context / dockerfile_of(backend)).read_text("utf-8")
     found = _DEFAULT_BASE.search(text)
     if found is None:
-        raise EnvironmentProblem(f"{DOCKERFILES[backend]} names no default BASE_IMAGE")
+        raise EnvironmentProblem(f"{dockerfile_of(backend)} names no default BASE_IMAGE")
     return found[1]
 
 
@@ -430,10 +440,9 @@ def build_image(recipe: Recipe, options: BuildOptions) -> Built:
 
     start = time.perf_counter()
     context = options.context.resolve()
-    if not (context / DOCKERFILES[recipe.backend]).is_file():
+    if not (context / recipe.dockerfile).is_file():
         raise InputError(
-            f"no {DOCKERFILES[recipe.backend]} here: the build context must be a checkout of "
-            "torch-matrix",
+            f"no {recipe.dockerfile} here: the build context must be a checkout of torch-matrix",
             file=str(context),
             option="--context",
         )
@@ -451,7 +460,7 @@ def build_image(recipe: Recipe, options: BuildOptions) -> Built:
     pinned = replace(recipe, base=base.reference)
     wheel_dir = Path(recipe.wheel_dir) if recipe.wheel_dir else None
     wheels = _wheel_listing(wheel_dir) if wheel_dir else None
-    dockerfile = (context / DOCKERFILES[recipe.backend]).read_text("utf-8")
+    dockerfile = (context / recipe.dockerfile).read_text("utf-8")
     key = recipe_key(pinned, suite, base.digest, wheels, dockerfile)
     repository = options.registry or DEFAULT_REPOSITORY
     tag = image_tag(recipe, key, repository)
@@ -463,7 +472,7 @@ def build_image(recipe: Recipe, options: BuildOptions) -> Built:
         _wheels_in_context(context, wheel_dir) as wheel_rel,
     ):
         argv = [*build_cli(), "build", "--progress=plain"]
-        argv += ["-f", str(context / DOCKERFILES[recipe.backend])]
+        argv += ["-f", str(context / recipe.dockerfile)]
         for name, value in pinned.build_args(wheel_rel).items():
             argv += ["--build-arg", f"{name}={value}"]
         labels = {

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
+from suite.core.backends import backend_names
 from suite.core.errors import InputError
 from suite.core.records import Cell
 from suite.core.results import COUNTS_DIR, read_result, read_run_dir, utc_now
@@ -18,18 +19,21 @@ from suite.judge.registry import evaluate_cell
 from suite.judge.rules import apply_rules, overall
 from suite.judge.sequential import Design
 
-# Fields of the environment record that must match for timing and memory to be comparable.
-COMPARABLE_FIELDS = (
+# Fields of the environment record that must match for timing and memory to be comparable;
+# and, for every registered backend, whether it is there, on which devices, under which driver.
+HOST_FIELDS = (
     ("cpu", "model"),
     ("cpu", "logical_cores"),
     ("memory_total_bytes",),
-    ("backends", "cuda", "devices"),
-    ("backends", "cuda", "driver"),
-    ("backends", "rocm", "devices"),
-    ("backends", "mps", "available"),
     ("os", "system"),
     ("python",),
 )
+DEVICE_FIELDS = ("available", "devices", "driver")
+
+
+def comparable_fields() -> list[tuple[str, ...]]:
+    devices = [("backends", b, f) for b in backend_names() for f in DEVICE_FIELDS]
+    return [*HOST_FIELDS, *devices]
 
 
 @dataclass
@@ -81,7 +85,7 @@ def _field(env: dict[str, Any], path: tuple[str, ...]) -> Any:
 def differences(base: dict[str, Any], cand: dict[str, Any]) -> list[dict[str, Any]]:
     """What other than torch differs between the two environments."""
     out = []
-    for path in COMPARABLE_FIELDS:
+    for path in comparable_fields():
         b, c = _field(base, path), _field(cand, path)
         if b != c:
             out.append({"field": ".".join(path), "baseline": b, "candidate": c})

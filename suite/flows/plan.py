@@ -15,6 +15,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from suite.core.backends import backend_entry, backend_names
 from suite.core.errors import InputError
 from suite.core.matrix import Matrix
 from suite.core.spec import CellSpec
@@ -26,13 +27,20 @@ COMPILING_WORKLOADS = frozenset({"compile", "export"})
 # and aggregate jobs run on too. A GPU or macOS backend is planned only where its runners are
 # named (the matrix's `runners:`, or plan's runners), so that no job waits a day on labels no
 # runner has; otherwise it is not planned, and the decision says so.
-DEFAULT_RUNNERS: dict[str, tuple[str, ...]] = {"cpu": ("self-hosted", "linux", "x64")}
-# What a team's runners of the other backends are usually labelled: the hint in the message.
-TYPICAL_RUNNERS: dict[str, tuple[str, ...]] = {
-    "cuda": ("self-hosted", "linux", "cuda"),
-    "rocm": ("self-hosted", "linux", "rocm"),
-    "mps": ("self-hosted", "macOS", "ARM64"),
-}
+# Both come from the backends' registry entries (suite.core.backends).
+
+
+def default_runners() -> dict[str, tuple[str, ...]]:
+    return {
+        name: backend_entry(name).runner_labels
+        for name in backend_names()
+        if backend_entry(name).planned_by_default
+    }
+
+
+def typical_runners() -> dict[str, tuple[str, ...]]:
+    """What a team's runners of each backend are usually labelled: the hint in the message."""
+    return {name: backend_entry(name).runner_labels for name in backend_names()}
 
 
 def cell_cost(cell: CellSpec) -> int:
@@ -46,7 +54,7 @@ def runner_labels(
 ) -> list[str] | None:
     """The `runs-on` labels of a backend's jobs: plan's runners, the matrix's, else the
     default (the CPU's only); None for a backend nobody named runners for."""
-    for named in (runners or {}, matrix.runners, DEFAULT_RUNNERS):
+    for named in (runners or {}, matrix.runners, default_runners()):
         if named.get(backend):
             return list(named[backend])
     return None
@@ -67,7 +75,7 @@ def unplanned_note(counts: Mapping[str, int]) -> str:
     """One line for the decision: which backends did not run, and how to make them run."""
     parts = [f"{b} ({n} cell{'' if n == 1 else 's'})" for b, n in counts.items()]
     hint = ", ".join(
-        f"{b}: [{', '.join(TYPICAL_RUNNERS.get(b, ('self-hosted', b)))}]" for b in counts
+        f"{b}: [{', '.join(typical_runners().get(b, ('self-hosted', b)))}]" for b in counts
     )
     return (
         f"not planned, no runners named: {', '.join(parts)}; to run them, name their labels "

@@ -1,7 +1,9 @@
 """Report registry: one decision record in, text in the asked-for format out.
 
 Renderers only turn a decision record (kind "torch-matrix/decision") into text; the gate
-logic that produced it lives elsewhere. Every format ends with a newline.
+logic that produced it lives elsewhere. Every format ends with a newline. A format is one
+`register_format` call: the CLI's `--format` choices and the README's table of formats are
+read from here.
 """
 
 from __future__ import annotations
@@ -19,17 +21,20 @@ from suite.report.markdown import render_markdown
 from suite.report.table import render_table
 
 __all__ = [
-    "FORMATS",
+    "format_names",
+    "format_summary",
+    "register_format",
     "render",
     "render_json",
     "render_junit",
     "render_markdown",
     "render_table",
+    "unregister_format",
     "write_chart",
     "write_reports",
 ]
 
-FORMATS = ("table", "markdown", "json", "junit")
+Renderer = Callable[[dict[str, Any]], str]
 
 
 def render_json(decision: dict[str, Any]) -> str:
@@ -37,23 +42,45 @@ def render_json(decision: dict[str, Any]) -> str:
     return json.dumps(decision, indent=2, sort_keys=True) + "\n"
 
 
-_RENDERERS: dict[str, Callable[[dict[str, Any]], str]] = {
-    "table": render_table,
-    "markdown": render_markdown,
-    "json": render_json,
-    "junit": render_junit,
-}
+_RENDERERS: dict[str, tuple[Renderer, str]] = {}
+
+
+def register_format(name: str, renderer: Renderer, summary: str) -> None:
+    """Add a report format; `summary` is its line in the README's table."""
+    if name in _RENDERERS:
+        raise ValueError(f"report format {name!r} is registered already")
+    _RENDERERS[name] = (renderer, summary)
+
+
+def unregister_format(name: str) -> None:
+    del _RENDERERS[name]
+
+
+def format_names() -> tuple[str, ...]:
+    return tuple(_RENDERERS)
+
+
+def format_summary(name: str) -> str:
+    return _RENDERERS[name][1]
 
 
 def render(decision: dict[str, Any], fmt: str) -> str:
-    """Render the decision record in one of FORMATS."""
+    """Render the decision record in one of the registered formats."""
     try:
-        renderer = _RENDERERS[fmt]
+        renderer, _ = _RENDERERS[fmt]
     except KeyError:
         raise InputError(
-            f"unknown report format {fmt!r}; expected one of {', '.join(FORMATS)}"
+            f"unknown report format {fmt!r}; expected one of {', '.join(format_names())}"
         ) from None
     return renderer(decision)
+
+
+register_format("table", render_table, "the gate table for a terminal, one table per lane")
+register_format(
+    "markdown", render_markdown, "GitHub-flavoured Markdown: the PR comment and job summary"
+)
+register_format("json", render_json, "the decision record itself, keys sorted")
+register_format("junit", render_junit, "JUnit XML: a test case per cell and gate, for CI UIs")
 
 
 def write_reports(decision: dict[str, Any], out: Path) -> None:

@@ -6,6 +6,8 @@ Imports torch lazily so that planning a run needs no torch in the parent process
 from __future__ import annotations
 
 import ctypes
+import functools
+import importlib
 import os
 import re
 import sys
@@ -14,6 +16,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
+
+from suite.core.backends import BackendEntry, backend_entry, backend_names
 
 if TYPE_CHECKING:
     import torch
@@ -226,8 +230,14 @@ class MpsDriverTracker(MemoryTracker):
 
 
 class Backend(ABC):
-    name: ClassVar[str]
+    """The worker's side of a backend registered in suite.core.backends, whose entry (name,
+    distributed backend, ...) it carries."""
+
     device_type: ClassVar[str]
+
+    def __init__(self, entry: BackendEntry) -> None:
+        self.entry = entry
+        self.name = entry.name
 
     @abstractmethod
     def probe(self) -> Availability: ...
@@ -245,7 +255,6 @@ class Backend(ABC):
 
 
 class CpuBackend(Backend):
-    name = "cpu"
     device_type = "cpu"
 
     def probe(self) -> Availability:
@@ -287,7 +296,6 @@ def _gpus(absent: str, driver: Callable[[], str | None]) -> Availability:
 
 
 class CudaBackend(Backend):
-    name = "cuda"
     device_type = "cuda"
 
     def probe(self) -> Availability:
@@ -309,7 +317,6 @@ class CudaBackend(Backend):
 
 
 class RocmBackend(CudaBackend):
-    name = "rocm"
     device_type = "cuda"  # HIP builds of torch expose AMD GPUs as 'cuda' devices
 
     def probe(self) -> Availability:
@@ -321,7 +328,6 @@ class RocmBackend(CudaBackend):
 
 
 class MpsBackend(Backend):
-    name = "mps"
     device_type = "mps"
 
     def probe(self) -> Availability:
@@ -347,13 +353,17 @@ class MpsBackend(Backend):
         return MpsDriverTracker()
 
 
-BACKENDS: dict[str, Backend] = {
-    b.name: b for b in (CpuBackend(), CudaBackend(), RocmBackend(), MpsBackend())
-}
-
-
+@functools.cache
 def get(name: str) -> Backend:
-    return BACKENDS[name]
+    """The worker's side of a registered backend: the class its entry's `runtime` names."""
+    entry = backend_entry(name)
+    module, _, attribute = entry.runtime.partition(":")
+    runtime: type[Backend] = getattr(importlib.import_module(module), attribute)
+    return runtime(entry)
+
+
+def every_backend() -> dict[str, Backend]:
+    return {name: get(name) for name in backend_names()}
 
 
 def mps_smoke(torch: Any) -> str | None:

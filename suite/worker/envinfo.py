@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 from suite.core.secrets import redact
-from suite.worker.backends import BACKENDS
+from suite.worker.backends import every_backend
 
 ENV_PREFIXES = (
     "TORCH",
@@ -117,7 +117,7 @@ def environment() -> dict[str, Any]:
         "cpu": {"model": cpu_model(), "logical_cores": os.cpu_count()},
         "memory_total_bytes": memory_total_bytes(),
         "torch": torch_info(),
-        "backends": {name: b.probe().as_dict() for name, b in BACKENDS.items()},
+        "backends": {name: b.probe().as_dict() for name, b in every_backend().items()},
         "env_vars": relevant_env(),
         "image": image,
         "packages": _package_versions(),

@@ -30,9 +30,7 @@ def init_distributed(backend: Backend) -> None:
 
     import torch.distributed as dist
 
-    # nccl is rccl on ROCm builds (device type "cuda" there too); gloo everywhere else.
-    name = "nccl" if backend.device_type == "cuda" else "gloo"
-    dist.init_process_group(name, timeout=datetime.timedelta(seconds=300))
+    dist.init_process_group(backend.entry.process_group, timeout=datetime.timedelta(seconds=300))
 
 
 def rank_part(doc: dict[str, Any], metrics: dict[str, Any], rank: int) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from suite.core.accuracy import CHECKPOINT_TOLERANCE
 if TYPE_CHECKING:
     import torch
 
-FORMATS = ("torch_save", "dcp")
+CHECKPOINT_FORMATS = ("torch_save", "dcp")
 
 
 def _model_and_optimizer() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
@@ -112,7 +112,7 @@ def read(directory: Path) -> dict[str, Any]:
         "written_by": meta["torch"],
         "formats": {},
     }
-    for fmt in FORMATS:
+    for fmt in CHECKPOINT_FORMATS:
         try:
             model, opt = _load(fmt, directory)
             got = _train(model, opt, range(3, 6))

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
+from suite.core.backends import backend_entry
 from suite.workloads.base import CellContext, Param, ParamValue, Skip, Unsupported, Workload
 
 if TYPE_CHECKING:
@@ -240,7 +241,7 @@ def _collective(
     # Untested on hardware: no torchcomms build runs on CPU only. Follows the torchcomms API
     # (a communicator from its factory, the *_single collectives, its sum operator).
     tc = load_torchcomms()
-    name = {"cpu": "gloo", "rocm": "rccl"}.get(backend_name, "nccl")
+    name = backend_entry(backend_name).comms
     comm = tc.new_comm(name, device, name="torch_matrix_collectives")
     total = getattr(tc, TORCHCOMMS_API[1]).SUM
     calls = {
