@@ -5,12 +5,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from suite.cli.edge import handles_errors
 from suite.cli.options import image_backend_choice
 from suite.core.errors import InputError
+
+if TYPE_CHECKING:
+    from suite.execute.images import Built
 
 IMAGE_EPILOG = """\b
 Exit codes:
@@ -119,11 +123,8 @@ def build(
 ) -> None:
     """Build the image of one torch pin and print the docker: side that runs it, pinned by
     digest. With GITHUB_OUTPUT set, also writes the step outputs side, tag, id and digest."""
-    from suite.core.results import atomic_write_json
-    from suite.core.validation import validate
     from suite.execute.images import BuildOptions, Recipe, build_image, source_context
     from suite.execute.indexes import Indexes
-    from suite.github.outputs import write_github_output
 
     if record is not None and record.exists():
         raise InputError("already exists; choose another --record", file=str(record))
@@ -157,7 +158,15 @@ def build(
     click.echo(
         f"building the {backend} image of torch {torch_version} (log: {options.log}) …", err=True
     )
-    built = build_image(recipe, options)
+    _report(build_image(recipe, options), record)
+
+
+def _report(built: Built, record: Path | None) -> None:
+    """The built image: its record (kept where --record says), the step outputs, the side."""
+    from suite.core.results import atomic_write_json
+    from suite.core.validation import validate
+    from suite.github.outputs import write_github_output
+
     doc = built.record()
     validate(doc, "torch-matrix/image", file=str(record or "<image record>"))
     if record is not None:

@@ -16,10 +16,10 @@ from suite.core.errors import InputError
 from suite.core.records import SIZES
 
 if TYPE_CHECKING:
-    from suite.core.matrix import Matrix
     from suite.core.spec import CellSpec
     from suite.judge.policy import Policy
     from suite.workloads import Resolved
+    from suite.workloads.matrix import Matrix
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -158,37 +158,17 @@ def checked_select(
     """select_cells, after every user workload the matrix and --workload name was imported in a
     bounded child (suite/execute/plugins.py): a plugin that exits, hangs or floods at import
     ends the command as an error naming it, before this process imports it."""
-    from suite.core.matrix import load_matrix, select_cells
     from suite.execute.plugins import check_plugins
+    from suite.workloads.matrix import load_matrix, select_cells
 
     refs = [*(e.ref for e in load_matrix(matrix_file).entries), *workloads]
     check_plugins(refs)
     return select_cells(matrix_file, workloads, backends, cell_ids, size)
 
 
-def matrix_options(fn: F) -> F:
-    """The options that choose cells, shared by run, ab and calibrate: the command receives
-    them as one CellChoice, its `chosen` argument."""
-
-    @functools.wraps(fn)
-    def with_choice(
-        *args: Any,
-        matrix_file: Path | None,
-        workloads: Sequence[str],
-        backends: Sequence[str],
-        cell_ids: Sequence[str],
-        size: str | None,
-        timeout: float | None,
-        memory_limit: float | None,
-        **kwargs: Any,
-    ) -> Any:
-        chosen = CellChoice(
-            matrix_file, tuple(workloads), tuple(backends), tuple(cell_ids), size, timeout,
-            memory_limit,
-        )  # fmt: skip
-        return fn(*args, chosen=chosen, **kwargs)
-
-    decorators = [
+def _cell_options() -> list[Callable[[Any], Any]]:
+    """The click options behind a CellChoice, in --help order."""
+    return [
         click.option(
             "--matrix",
             "matrix_file",
@@ -235,8 +215,32 @@ def matrix_options(fn: F) -> F:
             help="Address-space limit for each CPU cell's worker (default: 90% of RAM).",
         ),
     ]
+
+
+def matrix_options(fn: F) -> F:
+    """The options that choose cells, shared by run, ab and calibrate: the command receives
+    them as one CellChoice, its `chosen` argument."""
+
+    @functools.wraps(fn)
+    def with_choice(
+        *args: Any,
+        matrix_file: Path | None,
+        workloads: Sequence[str],
+        backends: Sequence[str],
+        cell_ids: Sequence[str],
+        size: str | None,
+        timeout: float | None,
+        memory_limit: float | None,
+        **kwargs: Any,
+    ) -> Any:
+        chosen = CellChoice(
+            matrix_file, tuple(workloads), tuple(backends), tuple(cell_ids), size, timeout,
+            memory_limit,
+        )  # fmt: skip
+        return fn(*args, chosen=chosen, **kwargs)
+
     command: Any = with_choice
-    for decorator in reversed(decorators):
+    for decorator in reversed(_cell_options()):
         command = decorator(command)
     return cast(F, command)
 

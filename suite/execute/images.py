@@ -434,12 +434,8 @@ class BuildOptions:
     extra_env: dict[str, str] = field(default_factory=dict)
 
 
-def build_image(recipe: Recipe, options: BuildOptions) -> Built:
-    """Build (or find in the layer cache), label, optionally push, and smoke-test the image."""
-    import time
-
-    start = time.perf_counter()
-    context = options.context.resolve()
+def _checked_context(context: Path, recipe: Recipe) -> str:
+    """The suite's digest, once the build context is a checkout of this very suite."""
     if not (context / recipe.dockerfile).is_file():
         raise InputError(
             f"no {recipe.dockerfile} here: the build context must be a checkout of torch-matrix",
@@ -456,65 +452,82 @@ def build_image(recipe: Recipe, options: BuildOptions) -> Built:
             file=str(context),
             option="--context",
         )
+    return suite
+
+
+def _build_argv(
+    pinned: Recipe,
+    options: BuildOptions,
+    labels: Mapping[str, str],
+    wheel_rel: str | None,
+    tmp: Path,
+) -> list[str]:
+    """`docker build` of the recipe: its arguments and labels, the index credentials and CA as
+    build secrets (never a layer), and no network at all when building from wheels."""
+    context = options.context.resolve()
+    argv = [*build_cli(), "build", "--progress=plain"]
+    argv += ["-f", str(context / pinned.dockerfile)]
+    for name, value in {**pinned.build_args(wheel_rel), **labels}.items():
+        argv += ["--build-arg", f"{name}={value}"]
+    if pinned.indexes.needs_secret():
+        secret = tmp / "pip-index"
+        secret.write_text(pinned.secret_lines(), encoding="utf-8")
+        secret.chmod(0o600)
+        argv += ["--secret", f"id=pip-index,src={secret}"]
+    if options.ca_file is not None:
+        argv += ["--secret", f"id=ca,src={options.ca_file}"]
+    network = options.network or (
+        "none" if pinned.wheel_dir else "host" if _loopback(pinned) else None
+    )
+    if network:
+        argv += ["--network", network]
+    return argv
+
+
+def build_image(recipe: Recipe, options: BuildOptions) -> Built:
+    """Build (or find in the layer cache), label, optionally push, and smoke-test the image."""
+    import time
+
+    start = time.perf_counter()
+    context = options.context.resolve()
+    suite = _checked_context(context, recipe)
     base = resolve_base(recipe.base or default_base(context, recipe.backend), pull=options.pull)
     pinned = replace(recipe, base=base.reference)
     wheel_dir = Path(recipe.wheel_dir) if recipe.wheel_dir else None
     wheels = _wheel_listing(wheel_dir) if wheel_dir else None
     dockerfile = (context / recipe.dockerfile).read_text("utf-8")
     key = recipe_key(pinned, suite, base.digest, wheels, dockerfile)
-    repository = options.registry or DEFAULT_REPOSITORY
-    tag = image_tag(recipe, key, repository)
+    tag = image_tag(recipe, key, options.registry or DEFAULT_REPOSITORY)
     revision = _git_revision(context)
-    source = options.source_url
+    labels = {
+        "REVISION": revision or "unknown",
+        "SOURCE_URL": options.source_url or "unknown",
+        "SUITE_DIGEST": suite,
+        "BASE_DIGEST": base.digest,
+        "RECIPE": json.dumps(pinned.public(), sort_keys=True, separators=(",", ":")),
+    }
     options.log.parent.mkdir(parents=True, exist_ok=True)
     with (
         tempfile.TemporaryDirectory(prefix="torch-matrix-build-") as tmp,
         _wheels_in_context(context, wheel_dir) as wheel_rel,
     ):
-        argv = [*build_cli(), "build", "--progress=plain"]
-        argv += ["-f", str(context / recipe.dockerfile)]
-        for name, value in pinned.build_args(wheel_rel).items():
-            argv += ["--build-arg", f"{name}={value}"]
-        labels = {
-            "REVISION": revision or "unknown",
-            "SOURCE_URL": source or "unknown",
-            "SUITE_DIGEST": suite,
-            "BASE_DIGEST": base.digest,
-            "RECIPE": json.dumps(pinned.public(), sort_keys=True, separators=(",", ":")),
-        }
-        for name, value in labels.items():
-            argv += ["--build-arg", f"{name}={value}"]
-        if pinned.indexes.needs_secret():
-            secret = Path(tmp) / "pip-index"
-            secret.write_text(pinned.secret_lines(), encoding="utf-8")
-            secret.chmod(0o600)
-            argv += ["--secret", f"id=pip-index,src={secret}"]
-        if options.ca_file is not None:
-            argv += ["--secret", f"id=ca,src={options.ca_file}"]
-        # From wheels nothing may be fetched, so the build gets no network at all.
-        network = options.network or (
-            "none" if wheel_dir else "host" if _loopback(pinned) else None
-        )
-        if network:
-            argv += ["--network", network]
+        argv = _build_argv(pinned, options, labels, wheel_rel, Path(tmp))
         iid = Path(tmp) / "iid"
         argv += ["--iidfile", str(iid), "-t", tag, str(context)]
         _run_logged(argv, options.log, BUILD_TIMEOUT_S, {"DOCKER_BUILDKIT": "1"})
         image_id = iid.read_text("utf-8").strip()
-    repo_digest = _push(tag, options.log) if options.registry else None
-    smoke = _smoke(tag, recipe.backend, options.log) if options.smoke else None
     return Built(
         tag=tag,
         id=image_id,
-        repo_digest=repo_digest,
+        repo_digest=_push(tag, options.log) if options.registry else None,
         recipe=pinned,
         base=base,
         suite=suite,
         key=key,
         revision=revision,
-        source=source,
+        source=options.source_url,
         took_s=time.perf_counter() - start,
-        smoke=smoke,
+        smoke=_smoke(tag, recipe.backend, options.log) if options.smoke else None,
         log=str(options.log),
     )
 

@@ -18,10 +18,11 @@ import types
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from suite.core.results import atomic_write_json, base_result, utc_now, write_result
 from suite.core.spec import CellSpec
-from suite.worker.backends import get, mps_fallback_enabled
+from suite.worker.backends import Backend, get, mps_fallback_enabled
 from suite.worker.context import WorkerContext, fill_measurements, save_outputs, write_trace
 from suite.worker.counting import Counted, steps_to_count
 from suite.worker.measure import (
@@ -34,7 +35,7 @@ from suite.worker.ranks import (
     rank_env,
     shutdown_distributed,
 )
-from suite.workloads.base import Skip, Unsupported
+from suite.workloads.base import Skip, Unsupported, Workload
 
 _OOM_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory")
 _MPS_FALLBACK_MARKER = "fall back to run on the CPU"
@@ -69,10 +70,6 @@ def _classify(exc: BaseException) -> tuple[str, str]:
     return "failed", "exception"
 
 
-# Tensors above this many elements are kept as a fixed strided sample: drift needs the same
-# elements on both sides, not all of them.
-
-
 def run_cell(
     spec: CellSpec,
     run_id: str,
@@ -83,25 +80,61 @@ def run_cell(
 ) -> int:
     started_at = utc_now()
     doc = base_result(spec, run_id, round_no, started_at)
+    import_s = _import_torch_s()
+    _record_torch_and_image(doc)
+    backend = get(spec.backend)
+    t_workload = time.perf_counter()
+    ctx, caught = _run_workload(spec, backend, doc, result_path)
+    workload_s = time.perf_counter() - t_workload
+    if ctx is not None:
+        fill_measurements(doc, ctx)
+        _fail_on_correctness(doc)
+    _record_fallback(doc, ctx, caught)
+    doc["finished_at"] = utc_now()
+    doc["wall_s"] = time.perf_counter() - worker_start
+    doc["harness"] = _harness_figures(ctx, worker_start, import_s, workload_s)
+    if ctx is not None:
+        _keep_evidence(doc, ctx, round_no, result_path, trace)
+        ctx.cleanup()
+    if gather_ranks(doc, ctx.rank_metrics if ctx is not None else {}, result_path):
+        write_result(result_path, doc)
+    shutdown_distributed()
+    return 0
+
+
+def _import_torch_s() -> float:
+    """Import torch and the workloads; return the seconds it took (the harness's import_s)."""
     t_import = time.perf_counter()
+    import torch  # noqa: F401
+
+    from suite.workloads import resolve  # noqa: F401
+
+    return time.perf_counter() - t_import
+
+
+def _record_torch_and_image(doc: dict[str, Any]) -> None:
     import torch
 
-    from suite.workloads import resolve
+    from suite.core.host import IMAGE_DIGEST_VAR, IMAGE_REF_VAR
 
-    import_s = time.perf_counter() - t_import
     doc["torch"] = {
         "version": torch.__version__,
         "git_version": getattr(torch.version, "git_version", None),
     }
-    from suite.worker.envinfo import IMAGE_DIGEST_VAR, IMAGE_REF_VAR
-
     if os.environ.get(IMAGE_DIGEST_VAR):
         doc["image"] = {
             "reference": os.environ.get(IMAGE_REF_VAR),
             "digest": os.environ.get(IMAGE_DIGEST_VAR),
         }
-    backend = get(spec.backend)
-    t_workload = time.perf_counter()
+
+
+def _run_workload(
+    spec: CellSpec, backend: Backend, doc: dict[str, Any], result_path: Path
+) -> tuple[WorkerContext | None, list[warnings.WarningMessage]]:
+    """Probe the backend and run the workload on it, recording in DOC its source and what
+    stopped it. Returns its context (None where it never got one) and the warnings it raised."""
+    from suite.workloads import resolve
+
     ctx: WorkerContext | None = None
     caught: list[warnings.WarningMessage] = []
     try:
@@ -121,12 +154,7 @@ def run_cell(
                     "happened": False,
                     "messages": [],
                 }
-            size = dict(resolved.workload.sizes.get(spec.profile, {}))
-            counting = steps_to_count() is not None
-            smaller = dict(resolved.workload.count_sizes.get(spec.profile, {})) if counting else {}
-            size.update(smaller)
-            ctx = WorkerContext(spec, backend, size)
-            ctx.count_size = smaller
+            ctx = _make_context(spec, backend, resolved.workload)
             if ctx.world_size > 1:
                 init_distributed(backend)
             with warnings.catch_warnings(record=True) as caught:
@@ -137,37 +165,62 @@ def run_cell(
     except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt):
             raise
-        status, mode = _classify(exc)
-        message = str(exc) or type(exc).__name__
-        if lacks_torch_api(exc):
-            message = f"torch {torch.__version__} lacks what this cell uses: {message}"
-        doc["status"] = status
-        doc["failure"] = {
-            "mode": mode,
-            "message": message,
-            "exception_type": f"{type(exc).__module__}.{type(exc).__qualname__}",
-            "signal": None,
-            "exit_code": None,
-            "stderr_tail": "".join(traceback.format_exception(exc))[-4000:],
-        }
+        _record_failure(doc, exc)
         if rank_env()[1] > 1:
             # The other ranks may wait in a collective this rank will never join: leave now,
             # and torchrun stops them. The parent reads this part for the record.
             fail_rank(doc, ctx.rank_metrics if ctx is not None else {}, result_path)
-    workload_s = time.perf_counter() - t_workload
-    if ctx is not None:
-        fill_measurements(doc, ctx)
-        if (
-            doc["status"] == "ok"
-            and doc["correctness"] is not None
-            and not doc["correctness"]["passed"]
-        ):
-            failed = [c["label"] for c in doc["correctness"]["checks"] if not c["passed"]]
-            doc["status"] = "failed"
-            doc["failure"] = {
-                "mode": "correctness",
-                "message": f"accuracy check failed for: {', '.join(failed)}",
-            }
+    return ctx, caught
+
+
+def _make_context(spec: CellSpec, backend: Backend, workload: Workload) -> WorkerContext:
+    """The cell's context at its profile's sizes, or its count sizes in a counting worker."""
+    size = dict(workload.sizes.get(spec.profile, {}))
+    counting = steps_to_count() is not None
+    smaller = dict(workload.count_sizes.get(spec.profile, {})) if counting else {}
+    size.update(smaller)
+    ctx = WorkerContext(spec, backend, size)
+    ctx.count_size = smaller
+    return ctx
+
+
+def _record_failure(doc: dict[str, Any], exc: BaseException) -> None:
+    import torch
+
+    status, mode = _classify(exc)
+    message = str(exc) or type(exc).__name__
+    if lacks_torch_api(exc):
+        message = f"torch {torch.__version__} lacks what this cell uses: {message}"
+    doc["status"] = status
+    doc["failure"] = {
+        "mode": mode,
+        "message": message,
+        "exception_type": f"{type(exc).__module__}.{type(exc).__qualname__}",
+        "signal": None,
+        "exit_code": None,
+        "stderr_tail": "".join(traceback.format_exception(exc))[-4000:],
+    }
+
+
+def _fail_on_correctness(doc: dict[str, Any]) -> None:
+    """A cell that ran but failed an accuracy check is failed."""
+    if (
+        doc["status"] == "ok"
+        and doc["correctness"] is not None
+        and not doc["correctness"]["passed"]
+    ):
+        failed = [c["label"] for c in doc["correctness"]["checks"] if not c["passed"]]
+        doc["status"] = "failed"
+        doc["failure"] = {
+            "mode": "correctness",
+            "message": f"accuracy check failed for: {', '.join(failed)}",
+        }
+
+
+def _record_fallback(
+    doc: dict[str, Any], ctx: WorkerContext | None, caught: list[warnings.WarningMessage]
+) -> None:
+    """Whether any of the cell ran on the CPU: MPS's fallback warnings, or what it declared."""
     fallback_msgs = [str(w.message) for w in caught if _MPS_FALLBACK_MARKER in str(w.message)]
     if doc["fallback"] is None and ctx is not None and ctx.fallbacks:
         # A workload said some of it ran on the CPU (CellContext.fell_back), on any backend.
@@ -175,9 +228,12 @@ def run_cell(
     declared = ctx.fallbacks if ctx is not None else []
     if doc["fallback"] is not None and (fallback_msgs or declared):
         doc["fallback"].update(happened=True, messages=[*declared, *fallback_msgs][:20])
-    doc["finished_at"] = utc_now()
-    doc["wall_s"] = time.perf_counter() - worker_start
-    doc["harness"] = {
+
+
+def _harness_figures(
+    ctx: WorkerContext | None, worker_start: float, import_s: float, workload_s: float
+) -> dict[str, Any]:
+    return {
         "worker_wall_s": time.perf_counter() - worker_start,
         "import_s": import_s,
         "workload_s": workload_s,
@@ -185,24 +241,26 @@ def run_cell(
         "timer_overhead_s": timer_overhead_s(repeats=2000),
         "forked": os.environ.get("TORCH_MATRIX_FORKED") == "1",
     }
-    if ctx is not None:
-        # Keeping outputs and traces is evidence on top of the measurement: if it breaks, the
-        # record says so and keeps the measurement.
-        try:
-            if ctx.outputs and round_no == 0 and ctx.rank == 0:  # one copy per side is enough
-                stem = result_path.name.removesuffix(".json")
-                saved = save_outputs(ctx, result_path.parent.parent / "tensors" / f"{stem}.pt")
-                saved["file"] = os.path.relpath(saved["file"], result_path.parent.parent)
-                doc["outputs"] = saved
-            if trace is not None and doc["status"] in ("ok", "failed"):
-                write_trace(ctx, trace)
-        except Exception as exc:  # the evidence is extra; the measurement stands
-            doc["warnings"].append(f"keeping outputs or trace failed: {type(exc).__name__}: {exc}")
-        ctx.cleanup()
-    if gather_ranks(doc, ctx.rank_metrics if ctx is not None else {}, result_path):
-        write_result(result_path, doc)
-    shutdown_distributed()
-    return 0
+
+
+def _keep_evidence(
+    doc: dict[str, Any], ctx: WorkerContext, round_no: int, result_path: Path, trace: Path | None
+) -> None:
+    """Save the cell's outputs beside the results and write its trace, when asked for."""
+    # Keeping outputs and traces is evidence on top of the measurement: if it breaks, the
+    # record says so and keeps the measurement.
+    try:
+        if ctx.outputs and round_no == 0 and ctx.rank == 0:  # one copy per side is enough
+            # Tensors above suite.worker.context.OUTPUT_CAP_ELEMENTS are kept as a fixed
+            # strided sample: drift needs the same elements on both sides, not all of them.
+            stem = result_path.name.removesuffix(".json")
+            saved = save_outputs(ctx, result_path.parent.parent / "tensors" / f"{stem}.pt")
+            saved["file"] = os.path.relpath(saved["file"], result_path.parent.parent)
+            doc["outputs"] = saved
+        if trace is not None and doc["status"] in ("ok", "failed"):
+            write_trace(ctx, trace)
+    except Exception as exc:  # the evidence is extra; the measurement stands
+        doc["warnings"].append(f"keeping outputs or trace failed: {type(exc).__name__}: {exc}")
 
 
 def run_probe(out: Path) -> int:

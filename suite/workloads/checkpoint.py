@@ -68,6 +68,98 @@ def _shared_dir(ctx: CellContext) -> tuple[Path, bool]:
     return Path(str(chosen[0])), bool(base)
 
 
+def _import_dcp() -> None:
+    """Import the DCP API that _save_state and _load_state use, before anything runs: a torch
+    without it leaves the cell unsupported on every rank before any collective or training."""
+    from torch.distributed.checkpoint.state_dict import (  # noqa: F401
+        get_model_state_dict,
+        get_state_dict,
+        set_model_state_dict,
+        set_state_dict,
+    )
+    from torch.distributed.checkpoint.state_dict_loader import load  # noqa: F401
+    from torch.distributed.checkpoint.state_dict_saver import save  # noqa: F401
+
+
+def _require_numpy() -> None:
+    # Checked on every rank before any collective: one rank failing alone would leave the
+    # others blocked in their next collective until the process group times out.
+    if importlib.util.find_spec("numpy") is None:
+        raise Skip(
+            "numpy is not installed: DCP exchanges its plans with torch.distributed object "
+            "collectives, which unpickle through numpy (pip install numpy)"
+        )
+
+
+def _fresh(
+    size: Mapping[str, Any], device: torch.device, seed: int
+) -> tuple[nn.Module, torch.optim.Optimizer]:
+    """The fsdp2 model built from SEED and sharded, with a new AdamW."""
+    import torch
+
+    model = shard(build_model(size, seed), device)
+    return model, torch.optim.AdamW(model.parameters(), lr=float(size["lr"]))
+
+
+def _save_state(model: nn.Module, optimizer: torch.optim.Optimizer, checkpoint: Path) -> None:
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+    from torch.distributed.checkpoint.state_dict_saver import save
+
+    model_sd, optim_sd = get_state_dict(model, optimizer)
+    save({"model": model_sd, "optim": optim_sd}, checkpoint_id=checkpoint)
+
+
+def _load_state(
+    model: nn.Module, optimizer: torch.optim.Optimizer, checkpoint: Path, optimizer_too: bool
+) -> None:
+    """Load the checkpoint into MODEL, and into OPTIMIZER unless the planted bug drops it."""
+    from torch.distributed.checkpoint.state_dict import (
+        get_model_state_dict,
+        get_state_dict,
+        set_model_state_dict,
+        set_state_dict,
+    )
+    from torch.distributed.checkpoint.state_dict_loader import load
+
+    state: dict[str, Any]
+    if not optimizer_too:
+        state = {"model": get_model_state_dict(model)}
+        load(state, checkpoint_id=checkpoint)
+        set_model_state_dict(model, state["model"])
+        return
+    model_sd, optim_sd = get_state_dict(model, optimizer)
+    state = {"model": model_sd, "optim": optim_sd}
+    load(state, checkpoint_id=checkpoint)
+    set_state_dict(
+        model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"]
+    )
+
+
+def _judge_resume(
+    ctx: CellContext,
+    resumed: torch.Tensor,
+    uninterrupted: torch.Tensor,
+    steps: int,
+    resume_at: int,
+) -> None:
+    """Record the curves' metrics; rank 0 checks the resumed curve against the other."""
+    max_diff = float((resumed - uninterrupted).abs().max())
+    ctx.metric("resume_max_abs_diff", max_diff)
+    ctx.metric("loss_after_n_steps", float(uninterrupted[-1]))
+    ctx.metric("steps", steps)
+    ctx.metric("resume_at", resume_at)
+    if ctx.rank == 0:
+        equivalent = ctx.check_accuracy(
+            resumed,
+            uninterrupted,
+            uninterrupted.double(),
+            reference_name="uninterrupted training",
+            dtype="fp32",
+            label="resumed_loss_curve",
+        )
+        ctx.metric("resume_equivalent", equivalent)
+
+
 class Checkpoint(Workload):
     name = "checkpoint"
     description = "FSDP2 + DCP: save/load time, and training resumed from a checkpoint is exact"
@@ -89,87 +181,40 @@ class Checkpoint(Workload):
         return f"d{SIZES[profile]['dim']}w{WORLD_SIZE}"
 
     def run(self, ctx: CellContext) -> None:
-        import torch
         import torch.distributed as dist
-        from torch.distributed.checkpoint.state_dict import (
-            get_model_state_dict,
-            get_state_dict,
-            set_model_state_dict,
-            set_state_dict,
-        )
-        from torch.distributed.checkpoint.state_dict_loader import load
-        from torch.distributed.checkpoint.state_dict_saver import save
 
+        _import_dcp()
         size, rank, world = ctx.size, ctx.rank, ctx.world_size
         steps, resume_at = int(size["steps"]), int(size["resume_at"])
         drop = bool(ctx.params["drop_optimizer_state"])
         fully_shard_fn()  # Unsupported before anything is built
-        if importlib.util.find_spec("numpy") is None:
-            # Checked on every rank before any collective: one rank failing alone would leave
-            # the others blocked in their next collective until the process group times out.
-            raise Skip(
-                "numpy is not installed: DCP exchanges its plans with torch.distributed object "
-                "collectives, which unpickle through numpy (pip install numpy)"
-            )
+        _require_numpy()
         xs, ys = make_data(size, world, ctx.device)
         x_local, y_local = local_batch(xs, rank, world), local_batch(ys, rank, world)
 
-        def fresh(seed: int) -> tuple[nn.Module, torch.optim.Optimizer]:
-            model = shard(build_model(size, seed), ctx.device)
-            return model, torch.optim.AdamW(model.parameters(), lr=float(size["lr"]))
+        def curve(model: nn.Module, optimizer: torch.optim.Optimizer, at: range) -> torch.Tensor:
+            return train(trainer(model, optimizer, x_local, y_local, world), at)
 
         folder, remove = _shared_dir(ctx)
         try:
-            model, optimizer = fresh(seed=0)
-            train(trainer(model, optimizer, x_local, y_local, world), range(resume_at))
-            model_sd, optim_sd = get_state_dict(model, optimizer)
-            save({"model": model_sd, "optim": optim_sd}, checkpoint_id=folder / "resume")
+            model, optimizer = _fresh(size, ctx.device, seed=0)
+            curve(model, optimizer, range(resume_at))
+            _save_state(model, optimizer, folder / "resume")
 
             # Other initial weights than the saved run's, so that a load that does nothing shows.
-            resumed_model, resumed_optimizer = fresh(seed=1)
-            state: dict[str, Any]
-            if drop:
-                state = {"model": get_model_state_dict(resumed_model)}
-                load(state, checkpoint_id=folder / "resume")
-                set_model_state_dict(resumed_model, state["model"])
-            else:
-                model_sd, optim_sd = get_state_dict(resumed_model, resumed_optimizer)
-                state = {"model": model_sd, "optim": optim_sd}
-                load(state, checkpoint_id=folder / "resume")
-                set_state_dict(
-                    resumed_model,
-                    resumed_optimizer,
-                    model_state_dict=state["model"],
-                    optim_state_dict=state["optim"],
-                )
-            step = trainer(resumed_model, resumed_optimizer, x_local, y_local, world)
-            resumed = train(step, range(resume_at, steps))
+            resumed_model, resumed_optimizer = _fresh(size, ctx.device, seed=1)
+            _load_state(resumed_model, resumed_optimizer, folder / "resume", optimizer_too=not drop)
+            resumed = curve(resumed_model, resumed_optimizer, range(resume_at, steps))
 
-            whole_model, whole_optimizer = fresh(seed=0)
-            step = trainer(whole_model, whole_optimizer, x_local, y_local, world)
-            uninterrupted = train(step, range(steps))[resume_at:]
+            whole_model, whole_optimizer = _fresh(size, ctx.device, seed=0)
+            uninterrupted = curve(whole_model, whole_optimizer, range(steps))[resume_at:]
 
             self._measure(ctx, model, optimizer, folder / "measured")
             dist.barrier()  # no rank still reads the folder when rank 0 removes it
         finally:
             if remove and rank == 0:
                 shutil.rmtree(folder, ignore_errors=True)
-
-        max_diff = float((resumed - uninterrupted).abs().max())
-        ctx.metric("resume_max_abs_diff", max_diff)
-        ctx.metric("loss_after_n_steps", float(uninterrupted[-1]))
-        ctx.metric("steps", steps)
-        ctx.metric("resume_at", resume_at)
-        if rank == 0:
-            equivalent = ctx.check_accuracy(
-                resumed,
-                uninterrupted,
-                uninterrupted.double(),
-                reference_name="uninterrupted training",
-                dtype="fp32",
-                label="resumed_loss_curve",
-            )
-            ctx.metric("resume_equivalent", equivalent)
+        _judge_resume(ctx, resumed, uninterrupted, steps, resume_at)
 
     def _measure(
         self, ctx: CellContext, model: nn.Module, optimizer: torch.optim.Optimizer, path: Path
