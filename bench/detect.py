@@ -39,15 +39,16 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from suite.core.matrix import Entry, Matrix, expand
+from suite.core.loaded import LoadedRun
 from suite.core.progress import Progress
 from suite.execute.environment import RunOptions
 from suite.execute.prepared import PreparedSide
 from suite.execute.runner import Run
 from suite.flows.ab import Rounds, count_cells
-from suite.flows.compare import LoadedRun, decide
+from suite.flows.compare import decide
 from suite.judge.policy import Gate, Policy, load_policy
 from suite.judge.sequential import TIMING_GATES
+from suite.workloads.matrix import Entry, Matrix, expand
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))

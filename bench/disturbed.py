@@ -23,15 +23,16 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from suite.core.matrix import Entry, Matrix, expand
+from suite.core.loaded import LoadedRun
 from suite.core.progress import Progress
 from suite.core.results import disturbed
 from suite.core.spec import CellSpec
 from suite.execute.environment import RunOptions
 from suite.execute.runner import Run
 from suite.flows.ab import Rounds
-from suite.flows.compare import LoadedRun, decide
+from suite.flows.compare import decide
 from suite.judge.policy import load_policy
+from suite.workloads.matrix import Entry, Matrix, expand
 
 SPIN = "while True: pass"
 

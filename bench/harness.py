@@ -30,12 +30,12 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from suite.core.matrix import expand, load_matrix, select
 from suite.core.stats import quantile
 from suite.execute.environment import RunOptions
 from suite.execute.runner import Run
 from suite.worker.backends import get
 from suite.worker.measure import time_call, timer_overhead_s
+from suite.workloads.matrix import expand, load_matrix, select
 
 HERE = Path(__file__).resolve().parent
 # Cells of the built-in matrix the p50 comparison times: attention, a training step, SDPA.

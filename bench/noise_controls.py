@@ -52,8 +52,8 @@ if importlib.util.find_spec("suite") is None:  # a checkout without `pip install
 
 from harness import _cv as sd_ln  # noqa: E402  (the one definition of the spread)
 
-from suite.core.matrix import expand, load_matrix, select  # noqa: E402
-from suite.worker.envinfo import cpu_model  # noqa: E402
+from suite.core.host import cpu_model  # noqa: E402
+from suite.workloads.matrix import expand, load_matrix, select  # noqa: E402
 
 PLAIN_STEP = HERE / "plain_step.py"
 DEFAULT_WORKLOADS = ("sdpa.causal.fp32.fwd.s256@cpu", "mlp_train.eager.fp32.b64h256@cpu")

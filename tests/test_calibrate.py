@@ -16,6 +16,7 @@ import yaml
 from scipy.stats import norm
 
 from suite.core.errors import InputError, SchemaVersionError
+from suite.core.loaded import LoadedRun
 from suite.core.spec import CellSpec
 from suite.core.validation import validate_file
 from suite.flows.calibrate import (
@@ -26,7 +27,6 @@ from suite.flows.calibrate import (
     threshold_warnings,
     write_calibration,
 )
-from suite.flows.compare import LoadedRun
 from suite.judge.policy import Policy, default_policy_text, load_policy
 from suite.report.calibration import TOO_TIGHT, render_calibration
 from tests.helpers import cli, planted

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from suite.core.matrix import Entry, Matrix, expand
 from suite.core.results import read_result
 from suite.worker.cell import run_cell
+from suite.workloads.matrix import Entry, Matrix, expand
 
 
 @pytest.fixture(autouse=True)
@@ -89,7 +89,8 @@ def test_without_the_package_the_cell_names_it(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_a_failing_cutedsl_row_is_capped_at_isolate(tmp_path: Path) -> None:
-    from suite.flows.compare import LoadedRun, decide
+    from suite.core.loaded import LoadedRun
+    from suite.flows.compare import decide
     from suite.judge.policy import load_policy
     from tests.synthetic import Cell, make_run
 

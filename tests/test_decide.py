@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from suite.core.errors import InputError
-from suite.flows.compare import LoadedRun, decide
+from suite.core.loaded import LoadedRun
+from suite.flows.compare import decide
 from suite.judge.policy import load_policy
 from suite.judge.rules import TIMING_GATES, apply_rules, exit_code, overall
 from tests.helpers import cli

@@ -18,12 +18,12 @@ import yaml
 from click.testing import CliRunner
 
 from suite.cli.repro import repro
-from suite.core.matrix import select_cells as plan
 from suite.core.results import read_result
 from suite.execute.docker import WORKER_LABEL
 from suite.execute.environment import RunOptions
 from suite.execute.runner import run_matrix
 from suite.execute.sides import prepare
+from suite.workloads.matrix import select_cells as plan
 from tests.helpers import REPO, cli, docker_works
 from tests.plugins.team_bench import FAIL_VAR
 

@@ -114,6 +114,8 @@ def test_the_import_rules_hold() -> None:
         ("judge/gates.py", "import subprocess", "Judging starts no process"),
         ("report/table.py", "from suite.judge import rules", "Reports render records"),
         ("core/results.py", "from suite.flows import ab", "Roles, top to bottom"),
+        ("core/spec.py", "from suite.workloads import resolve", "The records and formats"),
+        ("core/stats.py", "from suite.worker import measure", "The records and formats"),
     ],
 )
 def test_a_planted_violation_breaks_its_rule(

@@ -116,14 +116,13 @@ def test_what_moved_names_the_planted_function_first(tmp_path: Path) -> None:
         listing = "".join(f"{total}\t{fn}\n" for fn, total in functions.items())
         (tmp_path / f"{name}.functions.tsv").write_text(listing)
         record = _count(per_step, functions=f"{name}.functions.tsv")
-        record["_run_dir"] = str(tmp_path)
         return [record, {**record}]
 
     common = {"PyEval_EvalFrameDefault": 400_000, "at::native::add_kernel": 50_000}
     base = side("base", common, 4.5e4)
     planted = {**common, "mkl_blas_avx2_sgemm_kernel_0_b0": 3_000_000}
     cand = side("cand", {**planted, "PyEval_EvalFrameDefault": 402_000}, 3.5e5)
-    result = instructions_gate(GATE, base, cand)
+    result = instructions_gate(GATE, base, cand, dirs=(tmp_path, tmp_path))
     assert result is not None and result["verdict"] == "fail"
     moved = result["moved"]
     assert moved[0]["function"] == "mkl_blas_avx2_sgemm_kernel_0_b0"
@@ -131,7 +130,8 @@ def test_what_moved_names_the_planted_function_first(tmp_path: Path) -> None:
     assert [m["function"] for m in moved] == [
         "mkl_blas_avx2_sgemm_kernel_0_b0", "PyEval_EvalFrameDefault"
     ]  # fmt: skip
-    assert what_moved(base, [{**cand[0], "_run_dir": str(tmp_path / "gone")}]) == []
+    assert what_moved(base, cand, (tmp_path, tmp_path / "gone")) == []
+    assert what_moved(base, cand) == []  # folders not known: nothing to read
 
 
 def test_one_rank_cpu_cells_are_counted_compiled_or_not_but_no_compile_sweeps() -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from suite.core.errors import InputError
-from suite.core.matrix import expand, load_matrix, select
+from suite.workloads.matrix import expand, load_matrix, select
 from tests.helpers import cli, planted
 
 

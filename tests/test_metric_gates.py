@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 import torch
 
-from suite.flows.compare import LoadedRun, decide
+from suite.core.loaded import LoadedRun
+from suite.flows.compare import decide
 from suite.judge.policy import load_policy
 from tests.helpers import REPO, cli
 from tests.synthetic import Cell, make_run

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from suite.core.matrix import select_cells
 from suite.core.results import read_result
 from suite.worker.cell import lacks_torch_api, run_cell
+from suite.workloads.matrix import select_cells
 
 NEW_API_PLUGIN = """
 from suite.workloads import CellContext, Workload

@@ -13,7 +13,6 @@ from click.testing import CliRunner
 
 from suite.cli.ci import plan_command
 from suite.core.errors import InputError
-from suite.core.matrix import Matrix, expand, load_matrix, select
 from suite.core.spec import CellSpec
 from suite.flows.plan import (
     COMPILED_COST,
@@ -25,6 +24,7 @@ from suite.flows.plan import (
     unplanned,
     unplanned_note,
 )
+from suite.workloads.matrix import Matrix, expand, load_matrix, select
 
 REPO = Path(__file__).resolve().parent.parent
 

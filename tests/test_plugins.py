@@ -92,9 +92,9 @@ def test_a_file_plugin_leaves_sys_path_and_sys_modules_as_they_were(tmp_path: Pa
 
 
 def test_a_plugin_edited_mid_run_fails_its_cells(tmp_path: Path) -> None:
-    from suite.core.matrix import select_cells as plan
     from suite.execute.environment import RunOptions
     from suite.execute.runner import run_matrix
+    from suite.workloads.matrix import select_cells as plan
 
     plugin = tmp_path / "team" / "bench.py"
     plugin.parent.mkdir()

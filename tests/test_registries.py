@@ -24,11 +24,11 @@ from suite.core.backends import (
     unregister_backend,
 )
 from suite.core.errors import SchemaErrors
-from suite.core.matrix import load_matrix
 from suite.core.validation import REGISTRIES, validate
 from suite.execute.devices import device_flags
 from suite.flows.plan import runner_labels, unplanned, unplanned_note
 from suite.report import format_names, register_format, render, unregister_format
+from suite.workloads.matrix import load_matrix
 from tests.helpers import REPO
 
 NPU = BackendEntry(
@@ -137,7 +137,7 @@ def test_a_backend_registered_at_run_time_is_planned_given_devices_and_probed(
     matrix_file.write_text(json.dumps(_matrix_doc()))
     matrix = load_matrix(matrix_file)
     assert runner_labels(matrix, "npu") is None  # not planned by default: a hint instead
-    from suite.core.matrix import expand
+    from suite.workloads.matrix import expand
 
     cells, _ = expand(matrix)
     counts = unplanned(matrix, cells)

@@ -9,9 +9,10 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from suite.core.loaded import LoadedRun
 from suite.core.results import read_run, write_run
 from suite.execute import shell
-from suite.flows.compare import LoadedRun, decide
+from suite.flows.compare import decide
 from suite.judge.policy import load_policy
 from suite.report.markdown import render_markdown
 from tests.synthetic import Cell, make_run

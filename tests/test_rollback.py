@@ -65,7 +65,7 @@ def _rehearsal_dirs(tmp_path: Path, before: torch.Tensor, after: torch.Tensor) -
     """A baseline cell and its rehearsal, identical but for one saved output."""
     import json
 
-    from suite.core.matrix import select_cells as plan
+    from suite.workloads.matrix import select_cells as plan
 
     _, cells, _ = plan(None, ["sdpa"], ["cpu"], ["sdpa.none.fp32.fwd.s256@cpu"], None)
     (spec,) = cells

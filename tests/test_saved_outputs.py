@@ -79,15 +79,19 @@ def test_the_drift_gate_is_untested_not_passed_without_a_figure(
 
     for side, value in (("baseline", 1.0), ("candidate", 5.0)):
         _save(tmp_path / side / "tensors" / "a.pt", y=torch.full((3,), value))
-    records = {
-        side: [{"outputs": {"file": "tensors/a.pt"}, "_run_dir": str(tmp_path / side),
-                "spec": {"params": {"dtype": "fp32"}}}]
+    records: dict[str, list[Any]] = {
+        side: [{"outputs": {"file": "tensors/a.pt"}, "spec": {"params": {"dtype": "fp32"}}}]
         for side in ("baseline", "candidate")
-    }  # fmt: skip
+    }
+    dirs = (tmp_path / "baseline", tmp_path / "candidate")
     gate = Gate("drift", "hard", relative_tolerance={"fp32": 1e-4})
     _without_torch(monkeypatch)
-    judged = drift(gate, records["baseline"], records["candidate"])
+    judged = drift(gate, records["baseline"], records["candidate"], dirs)
     assert judged is not None and judged["verdict"] == "untested"
     monkeypatch.undo()
-    judged = drift(gate, records["baseline"], records["candidate"])
+    judged = drift(gate, records["baseline"], records["candidate"], dirs)
     assert judged is not None and judged["verdict"] == "fail"  # measured: 4.0 > 1e-4
+    # Where the saved files lie is part of the evidence: without it, no figure, no pass.
+    judged = drift(gate, records["baseline"], records["candidate"])
+    assert judged is not None and judged["verdict"] == "untested"
+    assert "folders are not known" in judged["message"]

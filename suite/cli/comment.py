@@ -11,6 +11,7 @@ import click
 
 from suite.cli.edge import handles_errors
 from suite.core.errors import InputError
+from suite.core.records import DecisionRecord
 from suite.report.escape import plain
 
 EXIT_CODES = """\b
@@ -22,7 +23,7 @@ Exit codes:
 _RUN_ID_TIME = re.compile(r"(\d{4})(\d{2})(\d{2})T(\d{2})(\d{2})(\d{2})Z-")
 
 
-def default_started_at(decision: dict[str, Any]) -> str:
+def default_started_at(decision: DecisionRecord) -> str:
     """The later side's run start, from run ids like 20250102T000000Z-bbbbbb.
 
     The later start is the run this report is about (a baseline may be an older, cached

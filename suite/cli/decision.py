@@ -8,7 +8,6 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -29,6 +28,7 @@ from suite.cli.options import (
     warn_below_resolution,
 )
 from suite.core.errors import InputError
+from suite.core.records import DecisionRecord, Source
 from suite.core.secrets import redact_text
 from suite.execute.indexes import Indexes
 from suite.github.outputs import append_summary, step_outputs_on_error
@@ -36,7 +36,7 @@ from suite.report import write_reports
 
 
 def finish_decision(
-    decision: dict[str, Any],
+    decision: DecisionRecord,
     fmt: str,
     *,
     out: Path | None = None,
@@ -50,7 +50,7 @@ def finish_decision(
     click.echo(render(decision, fmt))
     if not github_step:
         sys.exit(exit_code(decision["decision"]))
-    outputs = {"decision": decision["decision"]}
+    outputs: dict[str, str] = {"decision": decision["decision"]}
     if out is not None:
         outputs["results-path"] = str(out)
     write_github_output(outputs)
@@ -303,7 +303,8 @@ def compare(
     out_file: Path | None,
 ) -> None:
     """Decide from two existing run directories."""
-    from suite.flows.compare import LoadedRun, decide
+    from suite.core.loaded import LoadedRun
+    from suite.flows.compare import decide
     from suite.judge.policy import load_policy
     from suite.report import render
 
@@ -363,9 +364,15 @@ def aggregate(
     with step_outputs_on_error(github_step, out):
         policy = load_policy(policy_file, policy_profile)
         decision = join(job_dirs(roots), policy, notes=notes)
-        source = {"base_sha": base_sha, "head_sha": head_sha, "run_url": full_report_url}
-        if any(source.values()):  # what the report's first lines name: commits and run
-            decision["source"] = {k: v for k, v in source.items() if v}
+        source: Source = {}  # what the report's first lines name: commits and run
+        if base_sha:
+            source["base_sha"] = base_sha
+        if head_sha:
+            source["head_sha"] = head_sha
+        if full_report_url:
+            source["run_url"] = full_report_url
+        if source:
+            decision["source"] = source
         out.mkdir(parents=True, exist_ok=True)
         write_reports(decision, out)
         if summary_file is not None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TextIO
 
 _COLOURS = {
@@ -62,7 +62,7 @@ class Progress:
         if self.tty:
             self._write(f"\r\x1b[2K[{self.done_count + 1}/{self.total}] running {cell_id} …")
 
-    def finished(self, cell_id: str, result: dict[str, Any], *, reused: bool = False) -> None:
+    def finished(self, cell_id: str, result: Mapping[str, Any], *, reused: bool = False) -> None:
         self.done_count += 1
         status = result["status"]
         if not reused and status != "skipped":

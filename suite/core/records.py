@@ -1,13 +1,16 @@
 """The vocabulary and the shapes of the suite's records, defined once.
 
 Every status, verdict, decision and failure mode a record may hold is a `Literal` here (the
-backends, which a plugin may add to, are a registry: suite/core/backends.py), and the
-tuples the code iterates are read from those types; tests/test_records.py holds them equal to
-the enums of schemas/*.json. The TypedDicts give the records' shapes to the type checker: the
-result a worker writes (result.schema.json), the run a parent keeps (run.schema.json) and the
-decision an A/B ends in (decision.schema.json). Each record has one builder, in the module that
-owns its file: `core.results.base_result` and `failure_result`, `execute.runner.Run`,
-`judge.verdicts.gate_result`, `flows.compare.decision_record`.
+backends, which a plugin may add to, are a registry: suite/core/backends.py), and the tuples the
+code iterates are read from those types; tests/test_records.py holds them equal to the enums of
+schemas/*.json. The records are TypedDicts, not classes: they cross the process boundary as
+JSON (a worker writes result.json, a CI job's artifact holds them, the comment job reads them
+without the suite's types), the schemas check them where they are read, and a TypedDict is that
+same JSON to the type checker, with nothing to convert on either side. Each record has one
+builder, in the module that owns its file: `core.results.base_result` and `failure_result`
+(result), `execute.runner.Run` (run), `judge.verdicts.gate_result` (gate),
+`judge.decision.decision_record` (decision), `flows.calibrate.calibration` (calibration). A
+run read back is `core.loaded.LoadedRun`, which also knows the folder its files lie in.
 """
 
 from __future__ import annotations
@@ -53,9 +56,54 @@ UNDECIDED_WHY: dict[Undecided, str] = {
 EXIT_CODES: dict[Decision, int] = {"adopt": 0, "isolate": 4, "defer": 5, "rollback": 6}
 
 
+class ImageRecord(TypedDict, total=False):
+    """The image a docker side ran in, as its preparation resolved it (run.schema.json)."""
+
+    reference: str
+    digest: str
+    digest_kind: Literal["repo-digest", "image-id"]
+    id: str
+    tag: str | None
+    base: str | None
+    base_digest: str | None
+    backend: str | None
+    torch: str | None
+    suite: str | None
+    revision: str | None
+    source: str | None
+    recipe: dict[str, Any] | None
+
+
 class Failure(TypedDict):
     mode: FailureMode
     message: str
+
+
+class AccuracyCheck(TypedDict, total=False):
+    """One output's accuracy against an fp64 reference (suite/core/accuracy.py): passed when
+    its RMSE is within k x the reference's own RMSE + tol."""
+
+    label: str
+    passed: bool
+    dtype: str
+    rmse_result: float
+    rmse_reference: float
+    k: float
+    tol: float
+    reference: str
+
+
+class Correctness(AccuracyCheck, total=False):
+    checks: list[AccuracyCheck]  # every output checked; the fields above are the worst's
+
+
+class Moved(TypedDict):
+    """A function whose instructions per step moved between the sides (the instructions gate)."""
+
+    function: str
+    baseline: int
+    candidate: int
+    change: int
 
 
 class Result(TypedDict, total=False):
@@ -80,23 +128,30 @@ class Result(TypedDict, total=False):
     noise: dict[str, Any] | None
     throughput: dict[str, Any] | None
     memory: dict[str, Any] | None
-    correctness: dict[str, Any] | None
+    correctness: Correctness | None
     metrics: dict[str, Any]
     fallback: dict[str, Any] | None
     harness: dict[str, Any] | None
     threads: dict[str, Any] | None
-    image: dict[str, Any] | None
+    image: ImageRecord | None
     ranks: list[dict[str, Any]]
     outputs: dict[str, Any] | None
     warnings: list[str]
+    instructions: dict[str, Any] | None  # a counting process's (suite/execute/counting.py)
+    process: dict[str, Any]
+    disturbed_repeats: int
 
 
-class RunCell(TypedDict):
+class _RunCellFields(TypedDict):
     cell_id: str
     status: CellState
     file: str
     wall_s: float | None
     round: int
+
+
+class RunCell(_RunCellFields, total=False):
+    sha256: str | None  # of the record file as written: --resume keeps only a file that has it
 
 
 class RunRecord(TypedDict, total=False):
@@ -112,7 +167,7 @@ class RunRecord(TypedDict, total=False):
     command: list[str]
     cwd: str
     suite: dict[str, Any]
-    matrix: dict[str, Any]
+    matrix: MatrixEvidence
     profile: Size
     options: dict[str, Any]
     interpreter: str
@@ -123,6 +178,8 @@ class RunRecord(TypedDict, total=False):
     environment: dict[str, Any]
     workloads: dict[str, dict[str, Any]]
     cells: list[RunCell]
+    image: ImageRecord | None  # a docker side's image, as the parent prepared it
+    ab: dict[str, Any]  # an A/B's rounds: the sequential design they ran under
 
 
 class GateRecord(TypedDict, total=False):
@@ -145,7 +202,7 @@ class GateRecord(TypedDict, total=False):
     needed_rounds: int | None
     undecided: Undecided | None
     decision: Decision
-    moved: list[dict[str, Any]]  # the instructions gate: functions whose counts moved most
+    moved: list[Moved]  # the instructions gate: functions whose counts moved most
 
 
 class Repro(TypedDict, total=False):
@@ -156,7 +213,19 @@ class Repro(TypedDict, total=False):
     root: str | None  # the results folder the lines are pasted in
 
 
-class Cell(TypedDict):
+class OpChange(TypedDict):
+    """One op's row in the ranking: both sides' self time and calls, and the change."""
+
+    op: str
+    kind: str
+    baseline_us: float
+    candidate_us: float
+    change_us: float
+    baseline_calls: int
+    candidate_calls: int
+
+
+class _CellFields(TypedDict):
     cell_id: str
     row_id: str
     workload: str
@@ -167,6 +236,13 @@ class Cell(TypedDict):
     gates: list[GateRecord]
     repro: Repro | None
     artifacts: dict[str, str]
+
+
+class Cell(_CellFields, total=False):
+    """One cell of the decision; an A/B whose timing failed adds the op-level diff."""
+
+    ops: list[OpChange]  # report/opdiff.py
+    ops_warning: str
 
 
 class Row(TypedDict):
@@ -181,6 +257,63 @@ class Row(TypedDict):
     verdicts: dict[str, int]
 
 
+class Difference(TypedDict):
+    """A field other than torch that differs between the two sides' environments."""
+
+    field: str
+    baseline: Any
+    candidate: Any
+
+
+class Comparable(TypedDict):
+    ok: bool
+    differences: list[Difference]
+
+
+class SideEvidence(TypedDict, total=False):
+    """One side as the decision names it (core.loaded.LoadedRun.evidence, or a CI job's)."""
+
+    label: str
+    run_id: str
+    torch: str
+    git_version: str | None
+    dir: str
+    interpreter: str | None
+    image: ImageRecord | None
+    rounds: int
+    runs: list[dict[str, Any]]  # aggregate: the job runs it joined
+
+
+class MatrixEvidence(TypedDict):
+    file: str
+    sha256: str
+    name: str
+
+
+class PolicyEvidence(TypedDict, total=False):
+    file: str
+    sha256: str
+    profile: str
+    fleet_backends: list[str]
+    mismatches: list[str]  # runs captured under a different policy hash
+
+
+class RollbackRecord(TypedDict, total=False):
+    """What getting back to the baseline took, and the checkpoint reports both ways."""
+
+    duration_s: float
+    environment_ready_s: float
+    rehearsal_s: float
+    checkpoints: dict[str, Any]
+    jobs: dict[str, RollbackRecord]  # per CI job, when aggregated
+
+
+class Source(TypedDict, total=False):
+    base_sha: str
+    head_sha: str
+    run_url: str
+
+
 class DecisionRecord(TypedDict, total=False):
     """decision.json: what `ab`, `compare` and `aggregate` end in."""
 
@@ -189,11 +322,58 @@ class DecisionRecord(TypedDict, total=False):
     decision: Decision
     reasons: list[str]
     generated_at: str
-    matrix: dict[str, Any]
-    policy: dict[str, Any]
-    baseline: dict[str, Any]
-    candidate: dict[str, Any]
-    comparable: dict[str, Any]
-    rollback: dict[str, Any]
+    matrix: MatrixEvidence
+    policy: PolicyEvidence
+    baseline: SideEvidence
+    candidate: SideEvidence
+    comparable: Comparable
+    rollback: RollbackRecord
     rows: list[Row]
     cells: list[Cell]
+    source: Source  # aggregate: the base and head commits, the run's link
+    phases: dict[str, Any]
+    phases_beside: dict[str, Any]
+
+
+class RunnerIdentity(TypedDict, total=False):
+    """Who measured an A/A: the machine, its torch and interpreter, its usable backends."""
+
+    hostname: str | None
+    cpu_model: str | None
+    logical_cores: int | None
+    torch: str
+    interpreter: str | None
+    python: str | None
+    backends: list[str]
+
+
+class CalibrationGate(TypedDict):
+    """One timing gate's A/A figures: how far the pin's rounds spread, what they resolve."""
+
+    spread: float | None
+    mean: float
+    rounds: int
+    threshold: float
+    min_detectable: float | None
+    rounds_needed: int | None
+
+
+class CalibrationCell(TypedDict):
+    cell_id: str
+    status: str
+    round_wall_s: float | None
+    gates: dict[str, CalibrationGate]
+
+
+class CalibrationRecord(TypedDict):
+    """calibration.json: what `calibrate` measured (calibration.schema.json)."""
+
+    kind: Literal["torch-matrix/calibration"]
+    schema_version: int
+    created_at: str
+    runner: RunnerIdentity
+    policy: PolicyEvidence
+    design: dict[str, Any]
+    rounds: int
+    resolvable_rounds: int | None
+    cells: list[CalibrationCell]

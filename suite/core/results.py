@@ -7,10 +7,12 @@ import json
 import os
 import secrets
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from suite.core.errors import InputError, no_room
+from suite.core.records import Result, RunRecord
 from suite.core.spec import CellSpec
 from suite.core.validation import load_document, validate
 
@@ -69,14 +71,14 @@ def cell_file(run_dir: Path, cell_id: str, round_no: int = 0) -> Path:
     return run_dir / "cells" / f"{cell_id}{suffix}.json"
 
 
-def disturbed(record: dict[str, Any]) -> bool:
+def disturbed(record: Mapping[str, Any]) -> bool:
     """Whether another process competed for the worker's CPUs in the record's timed region
     (suite/worker/measure.py); an unmeasured region is not disturbed."""
     timing = record.get("timing") or {}
     return bool((timing.get("disturbance") or {}).get("disturbed"))
 
 
-def record_wall_s(record: dict[str, Any]) -> float:
+def record_wall_s(record: Mapping[str, Any]) -> float:
     """What one worker cost: the parent's wall time, process start and exit included, else
     the worker's own. The time budget of an A/B is charged with this."""
     harness = record.get("harness") or {}
@@ -130,7 +132,7 @@ def failure_result(
     signal: str | None = None,
     stderr: str | None = None,
     exception_type: str | None = None,
-) -> dict[str, Any]:
+) -> Result:
     doc = base_result(spec, run_id, round_no, started_at)
     doc.update(
         status=status,
@@ -145,19 +147,19 @@ def failure_result(
             "stderr_tail": tail(stderr) if stderr else None,
         },
     )
-    return doc
+    return cast(Result, doc)
 
 
-def write_result(path: Path, doc: dict[str, Any]) -> None:
+def write_result(path: Path, doc: Mapping[str, Any]) -> None:
     validate(doc, "torch-matrix/result", file=str(path))
     atomic_write_json(path, doc)
 
 
-def read_result(path: Path) -> dict[str, Any]:
+def read_result(path: Path) -> Result:
     doc = load_document(path)
     validate(doc, "torch-matrix/result", file=str(path))
     assert isinstance(doc, dict)
-    return doc
+    return cast(Result, doc)
 
 
 def write_run(path: Path, doc: dict[str, Any]) -> None:
@@ -165,7 +167,7 @@ def write_run(path: Path, doc: dict[str, Any]) -> None:
     atomic_write_json(path, doc)
 
 
-def read_run(path: Path) -> dict[str, Any]:
+def read_run(path: Path) -> RunRecord:
     if not path.is_file():
         raise InputError(
             "no run record here; is this a torch-matrix run directory?", file=str(path)
@@ -173,10 +175,10 @@ def read_run(path: Path) -> dict[str, Any]:
     doc = load_document(path)
     validate(doc, "torch-matrix/run", file=str(path))
     assert isinstance(doc, dict)
-    return doc
+    return cast(RunRecord, doc)
 
 
-def read_run_dir(run_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def read_run_dir(run_dir: Path) -> tuple[RunRecord, list[Result]]:
     """The run record and every cell result it lists, all schema-checked."""
     run = read_run(run_dir / "run.json")
     results = []

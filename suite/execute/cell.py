@@ -10,9 +10,9 @@ import re
 import shlex
 import shutil
 from pathlib import Path
-from typing import Any
 
 from suite.core.errors import InputError
+from suite.core.records import Result
 from suite.core.results import (
     cell_file,
     failure_result,
@@ -35,7 +35,7 @@ def _record_for_outcome(
     started_at: str,
     memory_limit: int | None,
     path_of_result: Path,
-) -> dict[str, Any]:
+) -> Result:
     timeout = options.timeout_s or spec.timeout_s
     if outcome.timed_out:
         status, mode, message = (
@@ -164,7 +164,7 @@ def run_cell(
     env: dict[str, str],
     round_no: int,
     launcher: Launcher | None = None,
-) -> dict[str, Any]:
+) -> Result:
     path = cell_file(run_dir, spec.cell_id, round_no)
     path.unlink(missing_ok=True)
     log = run_dir / "logs" / (path.stem + ".log")
@@ -185,14 +185,14 @@ def run_cell(
         shutil.rmtree(cache, ignore_errors=True)
     if outcome.returncode == 0 and not outcome.timed_out and path.is_file():
         try:
-            doc = read_result(path)
+            written: Result | None = read_result(path)
         except InputError:
-            doc = {"run_id": None}
-        if doc["run_id"] == run_id:
-            if doc.get("harness") is not None:
-                doc["harness"]["parent_wall_s"] = outcome.wall_s
-                write_result(path, doc)
-            return doc
+            written = None
+        if written is not None and written["run_id"] == run_id:
+            if (harness := written.get("harness")) is not None:
+                harness["parent_wall_s"] = outcome.wall_s
+                write_result(path, written)
+            return written
     doc = _record_for_outcome(
         spec, run_id, round_no, options, outcome, log, started_at, memory_limit, path
     )

@@ -18,8 +18,8 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
 
+from suite.core.records import Result
 from suite.core.results import COUNTS_DIR, failure_result, read_result, utc_now, write_result
 from suite.core.spec import CellSpec
 from suite.core.spec import countable as counts_cell
@@ -118,7 +118,7 @@ class Counter:
         shutil.rmtree(self.profiles, ignore_errors=True)
         shutil.rmtree(self.run_dir / COUNTS_DIR / ".inductor-cache", ignore_errors=True)
 
-    def count(self, spec: CellSpec, run_id: str, replicate: int) -> dict[str, Any]:
+    def count(self, spec: CellSpec, run_id: str, replicate: int) -> Result:
         """One counting process of the cell; its record, written under RUN/counts/."""
         began = time.monotonic()
         path = count_file(self.run_dir, spec, replicate)
@@ -155,8 +155,9 @@ class Counter:
         return doc
 
 
-def _add_counts(doc: dict[str, Any], profile: Path, run_dir: Path) -> None:
-    counted = doc["instructions"]
+def _add_counts(doc: Result, profile: Path, run_dir: Path) -> None:
+    counted = doc.get("instructions")
+    assert counted is not None
     try:
         raw = profile.read_bytes()
     except OSError:
@@ -203,7 +204,7 @@ def per_function(profile: Path, limit: int = 400) -> dict[str, int]:
 
 def _failed(
     spec: CellSpec, run_id: str, replicate: int, path: Path, started: str, message: str
-) -> dict[str, Any]:
+) -> Result:
     doc = failure_result(
         spec, run_id, replicate, status="skipped" if "Valgrind" in message else "failed",
         mode="unavailable" if "Valgrind" in message else "exception",

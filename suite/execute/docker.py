@@ -27,13 +27,13 @@ from pathlib import Path
 from typing import Any
 
 from suite.core.errors import EnvironmentProblem, InputError
+from suite.core.host import ENV_PREFIXES, IMAGE_DIGEST_VAR, IMAGE_REF_VAR
 from suite.core.secrets import withheld, without_secrets
 from suite.execute import shell
 from suite.execute.devices import device_flags, device_options
 from suite.execute.launch import TERM_GRACE_S, ProcessExit, Step
 from suite.execute.mounts import collapse, mounts_for, uncovered
 from suite.execute.prepared import PreparedSide
-from suite.worker.envinfo import ENV_PREFIXES, IMAGE_DIGEST_VAR, IMAGE_REF_VAR
 
 PREFIX = "docker:"
 IMAGE_BASE_VAR = "TORCH_MATRIX_IMAGE_BASE"

@@ -135,7 +135,7 @@ def _describe(outcome: ProcessExit) -> str:
 
 
 def default_memory_limit() -> int | None:
-    from suite.worker.envinfo import memory_total_bytes
+    from suite.core.host import memory_total_bytes
 
     total = memory_total_bytes()
     return int(total * 0.9) if total else None

@@ -15,9 +15,8 @@ from typing import Any
 
 from suite import __version__
 from suite.core.errors import EnvironmentProblem, InputError, warn
-from suite.core.matrix import Matrix, expand
 from suite.core.progress import Progress
-from suite.core.records import FAILED_STATUSES
+from suite.core.records import FAILED_STATUSES, Result, RunRecord
 from suite.core.results import (
     DISTURBED_DIR,
     INPUTS_DIR,
@@ -37,6 +36,7 @@ from suite.execute.environment import RunOptions, probe_environment, suite_commi
 from suite.execute.forkclient import ForkServer, fork_launcher_enabled
 from suite.execute.launch import Launcher, Step, run_process
 from suite.workloads import Resolved, file_part
+from suite.workloads.matrix import Matrix, expand
 
 
 @dataclass
@@ -60,7 +60,7 @@ def record_digest(path: Path) -> str | None:
 
 def _reusable(
     path: Path, spec: CellSpec, torch_version: str, digest: str | None, round_no: int
-) -> dict[str, Any] | None:
+) -> Result | None:
     """An existing record that --resume may keep: the very file the run wrote (its sha256 as
     run.json recorded it), valid, same spec, same torch. A record that is there but cannot be
     kept is redone, and the user is told which round and why."""
@@ -103,6 +103,79 @@ def keep_inputs(run_dir: Path, files: Sequence[Path]) -> None:
             raise EnvironmentProblem(f"cannot keep a copy of {source} in {copy}: {exc}") from exc
 
 
+def _existing_run(path: Path, resume: bool) -> RunRecord | None:
+    """The run.json a resumed run continues; one found without --resume is an error."""
+    if not path.exists():
+        return None
+    if not resume:
+        raise InputError(
+            "already holds a run; pass --resume to finish it, or choose another --out",
+            file=str(path),
+        )
+    return read_run(path)
+
+
+def _prepare_dir(run_dir: Path) -> None:
+    """Create the run directory, without the temporary files a killed run left in it."""
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise EnvironmentProblem(f"cannot create output directory {run_dir}: {exc}") from exc
+    for stale in run_dir.glob("cells/.*.tmp"):
+        stale.unlink(missing_ok=True)
+
+
+def _pending_entry(run_dir: Path, cell_id: str, round_no: int) -> dict[str, Any]:
+    """run.json's entry of a round not run yet."""
+    return {
+        "cell_id": cell_id,
+        "status": "pending",
+        "file": str(cell_file(run_dir, cell_id, round_no).relative_to(run_dir)),
+        "wall_s": None,
+        "round": round_no,
+    }
+
+
+def _run_doc(
+    matrix: Matrix,
+    options: RunOptions,
+    cells: Sequence[CellSpec],
+    resolved: dict[str, Resolved],
+    run_id: str,
+    environment: dict[str, Any],
+    existing: RunRecord | None,
+) -> dict[str, Any]:
+    """A new run.json, or the one of EXISTING resumed: its run id and start kept."""
+    commit, dirty = suite_commit()
+    resumed = [*existing.get("resumed_at", []), utc_now()] if existing else []
+    return {
+        "kind": "torch-matrix/run",
+        "schema_version": 1,
+        "run_id": run_id,
+        "status": "running",
+        "started_at": existing["started_at"] if existing else utc_now(),
+        "finished_at": None,
+        "resumed_at": resumed,
+        "command": options.command or ["torch-matrix"],
+        "cwd": os.getcwd(),
+        "suite": {"version": __version__, "commit": commit, "dirty": dirty},
+        "matrix": matrix.evidence(),
+        "profile": matrix.profile,
+        "options": {
+            "timeout_s": options.timeout_s,
+            "memory_limit_bytes": options.memory_limit_bytes,
+            "rounds": len(options.rounds),
+        },
+        "interpreter": options.interpreter,
+        "environment": environment,
+        "workloads": {
+            ref: {"ref": ref, "module": r.module, "file": r.file, "sha256": r.sha256}
+            for ref, r in resolved.items()
+        },
+        "cells": [_pending_entry(options.out, c.cell_id, r) for r in options.rounds for c in cells],
+    }
+
+
 class Run:
     """One run directory: its run.json kept current after every cell."""
 
@@ -118,20 +191,8 @@ class Run:
         self.options = options
         self.dir = options.out
         self.path = self.dir / "run.json"
-        existing: dict[str, Any] | None = None
-        if self.path.exists():
-            if not options.resume:
-                raise InputError(
-                    "already holds a run; pass --resume to finish it, or choose another --out",
-                    file=str(self.path),
-                )
-            existing = read_run(self.path)
-        try:
-            self.dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise EnvironmentProblem(f"cannot create output directory {self.dir}: {exc}") from exc
-        for stale in self.dir.glob("cells/.*.tmp"):
-            stale.unlink(missing_ok=True)
+        existing = _existing_run(self.path, options.resume)
+        _prepare_dir(self.dir)
         self.worker_env = worker_env(options)
         self.launcher: Launcher = options.launcher
         self._server: ForkServer | None = None
@@ -147,54 +208,19 @@ class Run:
         )
         self.torch_version = self.environment["torch"]["version"]
         self.run_id = existing["run_id"] if existing else (options.run_id or new_run_id())
-        commit, dirty = suite_commit()
-        resumed = [*existing.get("resumed_at", []), utc_now()] if existing else []
-        self.doc: dict[str, Any] = {
-            "kind": "torch-matrix/run",
-            "schema_version": 1,
-            "run_id": self.run_id,
-            "status": "running",
-            "started_at": existing["started_at"] if existing else utc_now(),
-            "finished_at": None,
-            "resumed_at": resumed,
-            "command": options.command or ["torch-matrix"],
-            "cwd": os.getcwd(),
-            "suite": {"version": __version__, "commit": commit, "dirty": dirty},
-            "matrix": matrix.evidence(),
-            "profile": matrix.profile,
-            "options": {
-                "timeout_s": options.timeout_s,
-                "memory_limit_bytes": options.memory_limit_bytes,
-                "rounds": len(options.rounds),
-            },
-            "interpreter": options.interpreter,
-            "environment": self.environment,
-            "workloads": {
-                ref: {"ref": ref, "module": r.module, "file": r.file, "sha256": r.sha256}
-                for ref, r in resolved.items()
-            },
-            "cells": [
-                {
-                    "cell_id": c.cell_id,
-                    "status": "pending",
-                    "file": str(cell_file(self.dir, c.cell_id, r).relative_to(self.dir)),
-                    "wall_s": None,
-                    "round": r,
-                }
-                for r in options.rounds
-                for c in cells
-            ],
-        }
+        self.doc: dict[str, Any] = _run_doc(
+            matrix, options, cells, resolved, self.run_id, self.environment, existing
+        )
         self.doc.update(extra or {})
         keep_inputs(self.dir, self._input_files())
         self._index = {(c["cell_id"], c["round"]): c for c in self.doc["cells"]}
         # What each record file was when it was written: --resume keeps only those unchanged.
         self._digests: dict[tuple[str, int], str] = {
-            (c["cell_id"], c["round"]): c["sha256"]
-            for c in (existing or {}).get("cells", [])
-            if c.get("sha256")
+            (c["cell_id"], c["round"]): digest
+            for c in (existing["cells"] if existing else [])
+            if (digest := c.get("sha256"))
         }
-        self._records: dict[tuple[str, int], dict[str, Any]] = {}
+        self._records: dict[tuple[str, int], Result] = {}
         # Rounds repeated because another process disturbed them: their records are kept
         # under disturbed/ as evidence, and their time is charged like any round's.
         self._aside_s = math.fsum(
@@ -212,7 +238,7 @@ class Run:
         cwd = Path(self.doc["cwd"])
         return [cwd / f for f in named if f and not str(f).startswith("<")]
 
-    def reusable(self, spec: CellSpec, round_no: int) -> dict[str, Any] | None:
+    def reusable(self, spec: CellSpec, round_no: int) -> Result | None:
         """The valid record --resume would keep for this round, if any."""
         if not self.options.resume:
             return None
@@ -244,12 +270,12 @@ class Run:
         """Add fields to a round's record (the repeats it took), keeping its digest current."""
         path = cell_file(self.dir, spec.cell_id, round_no)
         doc = self._records[(spec.cell_id, round_no)]
-        doc.update(fields)
+        doc.update(fields)  # type: ignore[typeddict-item]  # fields of result.schema.json
         write_result(path, doc)
         self._entry(spec, round_no)["sha256"] = record_digest(path)
         write_run(self.path, self.doc)
 
-    def records(self, spec: CellSpec) -> list[dict[str, Any]]:
+    def records(self, spec: CellSpec) -> list[Result]:
         """This run's records of the cell so far, in round order."""
         return [d for (cid, _), d in sorted(self._records.items()) if cid == spec.cell_id]
 
@@ -260,19 +286,13 @@ class Run:
     def _entry(self, spec: CellSpec, round_no: int) -> dict[str, Any]:
         key = (spec.cell_id, round_no)
         if key not in self._index:  # rounds added look by look
-            entry = {
-                "cell_id": spec.cell_id,
-                "status": "pending",
-                "file": str(cell_file(self.dir, spec.cell_id, round_no).relative_to(self.dir)),
-                "wall_s": None,
-                "round": round_no,
-            }
+            entry = _pending_entry(self.dir, spec.cell_id, round_no)
             self.doc["cells"].append(entry)
             self._index[key] = entry
         entry_found: dict[str, Any] = self._index[key]
         return entry_found
 
-    def _check_source(self, spec: CellSpec, doc: dict[str, Any], path: Path) -> dict[str, Any]:
+    def _check_source(self, spec: CellSpec, doc: Result, path: Path) -> Result:
         """A cell whose workload file is not the one this run recorded (edited mid-run, or not
         the file the container saw) ran other code: its record is a failure, not evidence.
 
@@ -300,7 +320,7 @@ class Run:
         write_result(path, failed)
         return failed
 
-    def execute(self, spec: CellSpec, round_no: int) -> tuple[dict[str, Any], bool]:
+    def execute(self, spec: CellSpec, round_no: int) -> tuple[Result, bool]:
         """Run one cell (or keep its valid record when resuming); returns (record, reused)."""
         path = cell_file(self.dir, spec.cell_id, round_no)
         doc = self.reusable(spec, round_no)

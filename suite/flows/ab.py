@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from suite.core.errors import InputError
-from suite.core.matrix import Matrix
+from suite.core.loaded import LoadedRun
 from suite.core.progress import Progress
-from suite.core.records import Cell
+from suite.core.records import Cell, DecisionRecord, RollbackRecord
 from suite.core.results import disturbed, read_result, read_run, record_wall_s
 from suite.core.secrets import redact_text
 from suite.core.spec import CellSpec
@@ -31,8 +31,9 @@ from suite.execute.counting import Counter, count_file, countable
 from suite.execute.environment import RunOptions
 from suite.execute.runner import Run
 from suite.execute.sides import PreparedSide
-from suite.flows.compare import LoadedRun, decide, differences
+from suite.flows.compare import decide
 from suite.flows.rollback import run_checks
+from suite.judge.decision import differences
 from suite.judge.gates import paired_rounds, side_status, timing_verdict
 from suite.judge.instructions import REPLICATES
 from suite.judge.policy import Policy
@@ -41,6 +42,7 @@ from suite.judge.rollback import judge_rollback
 from suite.judge.sequential import TIMING_GATES, Design
 from suite.report.opdiff import op_diff
 from suite.workloads import Resolved
+from suite.workloads.matrix import Matrix
 
 T = TypeVar("T")
 
@@ -260,48 +262,20 @@ def run_ab(
     candidate: PreparedSide,
     policy: Policy,
     options: AbOptions,
-) -> dict[str, Any]:
+) -> DecisionRecord:
     design = design_for(policy, options.rounds)
     identity = _identity(matrix, cells, policy, design)
     if options.resume:
         check_resumable(options.out, identity)
     phases = Phases({"prepare": baseline.prepared_s + candidate.prepared_s})
     phases.begin("setup")
+    sides = {"baseline": baseline, "candidate": candidate}
     runs: dict[str, Run] = {}
-    for role, side in (("baseline", baseline), ("candidate", candidate)):
-        run_options = RunOptions(
-            out=options.out / role,
-            interpreter=side.interpreter,
-            resume=options.resume,
-            timeout_s=options.timeout_s,
-            memory_limit_bytes=options.memory_limit_bytes,
-            rounds=(),
-            command=side_command(matrix, side, resolved),
-            progress=options.progress,
-            launcher=side.launcher,
-        )
-        ab: dict[str, Any] = {
-            "spec": redact_text(side.spec),
-            "identity": identity,
-            "design": design.as_dict(),
-        }
-        if side.indexes:
-            ab["indexes"] = {
-                "index_url": redact_text(side.indexes.index_url or "") or None,
-                "extra_index_urls": [redact_text(u) for u in side.indexes.extra_index_urls],
-            }
-        extra = {
-            "label": side.label,
-            "side": role,
-            "prepared_s": side.prepared_s,
-            "policy": {"file": policy.file, "sha256": policy.sha256, "profile": policy.profile},
-            "ab": ab,
-        }
-        if side.image is not None:
-            extra["image"] = side.image
+    for role, side in sides.items():
+        run_options = _side_options(matrix, resolved, role, side, options)
+        extra = _side_extra(role, side, policy, identity, design)
         runs[role] = Run(matrix, options=run_options, cells=cells, resolved=resolved, extra=extra)
     comparable = not differences(runs["baseline"].environment, runs["candidate"].environment)
-    sides = {"baseline": baseline, "candidate": candidate}
     checks = None
     if options.rollback and "rollback" in policy.gates:
         checks = rollback_checks(matrix, cells, resolved, sides, runs, options)
@@ -311,6 +285,85 @@ def run_ab(
         charged, checked = count_before_rounds(cells, runs, sides, progress, phases, checks)
     rounds = Rounds(runs, policy, design, comparable, options.progress, charged_s=charged)
     phases.begin("rounds")
+    _run_rounds(rounds, runs, cells)
+    rollback_cells: list[Cell] = []
+    rollback: RollbackRecord | None = None
+    if checks is not None:
+        if not checked:  # after the rounds, when no counting left a core for them
+            phases.begin("rollback")
+            checks()
+        rollback_cells, rollback = judge_rollback(options.out, policy)
+    judge = partial(
+        decide,
+        LoadedRun.load(options.out / "baseline", baseline.label),
+        LoadedRun.load(options.out / "candidate", candidate.label),
+        policy,
+        extra_cells=rollback_cells,
+        rollback=rollback,
+    )
+    decision = judge()
+    if options.traces:
+        phases.begin("traces")
+        decision = _judge_with_traces(judge, decision, cells, runs, options.out)
+    decision["phases"] = phases.done()
+    if phases.overlapping:
+        decision["phases_beside"] = dict(phases.overlapping)
+    return decision
+
+
+def _side_options(
+    matrix: Matrix,
+    resolved: dict[str, Resolved],
+    role: str,
+    side: PreparedSide,
+    options: AbOptions,
+) -> RunOptions:
+    """How one side runs: in its own folder, with its interpreter; rounds come from Rounds."""
+    return RunOptions(
+        out=options.out / role,
+        interpreter=side.interpreter,
+        resume=options.resume,
+        timeout_s=options.timeout_s,
+        memory_limit_bytes=options.memory_limit_bytes,
+        rounds=(),
+        command=side_command(matrix, side, resolved),
+        progress=options.progress,
+        launcher=side.launcher,
+    )
+
+
+def _side_extra(
+    role: str,
+    side: PreparedSide,
+    policy: Policy,
+    identity: dict[str, Any],
+    design: Design,
+) -> dict[str, Any]:
+    """What one side's run.json holds beyond a plain run's: its side, the policy, the A/B."""
+    ab: dict[str, Any] = {
+        "spec": redact_text(side.spec),
+        "identity": identity,
+        "design": design.as_dict(),
+    }
+    if side.indexes:
+        ab["indexes"] = {
+            "index_url": redact_text(side.indexes.index_url or "") or None,
+            "extra_index_urls": [redact_text(u) for u in side.indexes.extra_index_urls],
+        }
+    extra = {
+        "label": side.label,
+        "side": role,
+        "prepared_s": side.prepared_s,
+        "policy": {"file": policy.file, "sha256": policy.sha256, "profile": policy.profile},
+        "ab": ab,
+    }
+    if side.image is not None:
+        extra["image"] = side.image
+    return extra
+
+
+def _run_rounds(rounds: Rounds, runs: dict[str, Run], cells: Sequence[CellSpec]) -> None:
+    """The paired rounds; each run then records the design as it ended and finishes."""
     try:
         final = rounds.run(cells)
     except BaseException:
@@ -323,38 +376,25 @@ def run_ab(
     for run in runs.values():
         run.doc["ab"]["design"] = final.as_dict()
         run.finish()
-    rollback_cells: list[Cell] = []
-    rollback: dict[str, Any] | None = None
-    if checks is not None:
-        if not checked:  # after the rounds, when no counting left a core for them
-            phases.begin("rollback")
-            checks()
-        rollback_cells, rollback = judge_rollback(options.out, policy)
-    loaded_base = LoadedRun.load(options.out / "baseline", baseline.label)
-    loaded_cand = LoadedRun.load(options.out / "candidate", candidate.label)
-    decision = decide(
-        loaded_base, loaded_cand, policy, extra_cells=rollback_cells, rollback=rollback
-    )
-    if options.traces:
-        phases.begin("traces")
-        try:
-            artifacts = _trace_failures(decision, cells, runs, options.out)
-        finally:
-            for run in runs.values():
-                run.close()
-        if artifacts:
-            decision = decide(
-                loaded_base,
-                loaded_cand,
-                policy,
-                artifacts=artifacts,
-                extra_cells=rollback_cells,
-                rollback=rollback,
-            )
-            add_op_diffs(decision, artifacts)
-    decision["phases"] = phases.done()
-    if phases.overlapping:
-        decision["phases_beside"] = dict(phases.overlapping)
+
+
+def _judge_with_traces(
+    judge: Callable[..., DecisionRecord],
+    decision: DecisionRecord,
+    cells: Sequence[CellSpec],
+    runs: dict[str, Run],
+    out: Path,
+) -> DecisionRecord:
+    """DECISION judged again with the traces of the cells it failed, and their op diffs."""
+    try:
+        artifacts = _trace_failures(decision, cells, runs, out)
+    finally:
+        for run in runs.values():
+            run.close()
+    if not artifacts:
+        return decision
+    decision = judge(artifacts=artifacts)
+    add_op_diffs(decision, artifacts)
     return decision
 
 
@@ -434,7 +474,7 @@ class Phases:
         return dict(self.seconds)
 
 
-def add_op_diffs(decision: dict[str, Any], artifacts: dict[str, dict[str, str]]) -> None:
+def add_op_diffs(decision: DecisionRecord, artifacts: dict[str, dict[str, str]]) -> None:
     """For each cell traced on both sides, the ops whose self time changed most: where the
     time went, beside the gate that says it went. A trace that cannot be read leaves a warning
     in the cell instead."""
@@ -528,7 +568,7 @@ def _counted(path: Path, spec: CellSpec) -> bool:
 
 
 def _trace_failures(
-    decision: dict[str, Any], cells: Sequence[CellSpec], runs: dict[str, Run], out: Path
+    decision: DecisionRecord, cells: Sequence[CellSpec], runs: dict[str, Run], out: Path
 ) -> dict[str, dict[str, str]]:
     """Chrome traces of five more steps per side for each cell failing a timing or memory gate."""
     by_id = {c.cell_id: c for c in cells}

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Literal
 
 from suite.core.errors import InputError
-from suite.flows.compare import LoadedRun, decide, decision_record
+from suite.core.loaded import LoadedRun
+from suite.core.records import DecisionRecord, RollbackRecord
+from suite.flows.compare import decide
+from suite.judge.decision import decision_record
 from suite.judge.policy import Policy
 from suite.judge.rollback import judge_rollback
 
@@ -43,9 +46,9 @@ def job_name(job: Path) -> str:
     return job.name.removeprefix("torch-matrix-job-")
 
 
-def aggregate(jobs: Sequence[Path], policy: Policy, *, notes: Sequence[str] = ()) -> dict[str, Any]:
-    decisions = []
-    rollbacks: dict[str, Any] = {}
+def aggregate(jobs: Sequence[Path], policy: Policy, *, notes: Sequence[str] = ()) -> DecisionRecord:
+    decisions: list[DecisionRecord] = []
+    rollbacks: dict[str, RollbackRecord] = {}
     for job in jobs:
         checks, rollback = judge_rollback(job, policy)  # judged again, under this policy
         name = job_name(job)
@@ -71,5 +74,5 @@ def aggregate(jobs: Sequence[Path], policy: Policy, *, notes: Sequence[str] = ()
     )
 
 
-def _joined(decisions: Sequence[dict[str, Any]], side: str) -> str:
+def _joined(decisions: Sequence[DecisionRecord], side: Literal["baseline", "candidate"]) -> str:
     return ", ".join(d[side]["run_id"] for d in decisions)

@@ -18,26 +18,33 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from suite.core.errors import InputError
+from suite.core.host import cpu_model
+from suite.core.records import (
+    CalibrationCell,
+    CalibrationGate,
+    CalibrationRecord,
+    Result,
+    RunnerIdentity,
+)
 from suite.core.results import atomic_write_json, record_wall_s, utc_now
 from suite.core.spec import CellSpec
 from suite.core.validation import load_document, validate
 from suite.judge.gates import paired_rounds, side_status
 from suite.judge.policy import Policy
 from suite.judge.sequential import TIMING_GATES, Design, needed_rounds, z_critical
-from suite.worker.envinfo import cpu_model
 
 if TYPE_CHECKING:
-    from suite.core.matrix import Matrix
     from suite.core.progress import Progress
     from suite.execute.sides import PreparedSide
     from suite.workloads import Resolved
+    from suite.workloads.matrix import Matrix
 
 KIND = "torch-matrix/calibration"
 SCHEMA_VERSION = 1
-Record = dict[str, Any]
+Record = Result
 
 
 def round_wall_s(base: Sequence[Record], cand: Sequence[Record]) -> float | None:
@@ -70,7 +77,7 @@ def min_detectable(spread: float, rounds: int, design: Design) -> float:
     return math.expm1(z * spread / math.sqrt(rounds))
 
 
-def runner_identity(environment: Mapping[str, Any], hostname: str | None = None) -> dict[str, Any]:
+def runner_identity(environment: Mapping[str, Any], hostname: str | None = None) -> RunnerIdentity:
     """Who measured: the machine, the torch and interpreter, and the backends it could use.
 
     hostname: the parent's, when the workers ran somewhere that names itself differently (a
@@ -103,7 +110,7 @@ def _machine(identity: Mapping[str, Any]) -> tuple[Any, Any]:
 
 def _gate_entry(
     d: Sequence[float], threshold: float, design: Design, rounds: int | None
-) -> dict[str, Any]:
+) -> CalibrationGate:
     spread = statistics.stdev(d) if len(d) >= 2 else None
     return {
         "spread": spread,
@@ -125,20 +132,20 @@ def calibration(
     baseline: Mapping[str, Sequence[Record]],
     candidate: Mapping[str, Sequence[Record]],
     policy: Policy,
-    runner: Mapping[str, Any],
+    runner: RunnerIdentity,
     *,
     created_at: str | None = None,
-) -> dict[str, Any]:
+) -> CalibrationRecord:
     """The calibration record of an A/A: records by cell id on each side, in the baseline's
     cell order; the design and thresholds are the policy's."""
     design = policy.design
     ids = [cid for cid in baseline if cid in candidate]
     walls = {cid: round_wall_s(baseline[cid], candidate[cid]) for cid in ids}
     rounds = resolvable_rounds(design, math.fsum(w for w in walls.values() if w is not None))
-    cells = []
+    cells: list[CalibrationCell] = []
     for cid in ids:
         base, cand = baseline[cid], candidate[cid]
-        gates: dict[str, Any] = {}
+        gates: dict[str, CalibrationGate] = {}
         for name in TIMING_GATES:
             gate = policy.gates.get(name)
             if gate is None or gate.threshold is None:
@@ -154,11 +161,11 @@ def calibration(
                 "gates": gates,
             }
         )
-    doc = {
-        "kind": KIND,
+    doc: CalibrationRecord = {
+        "kind": "torch-matrix/calibration",
         "schema_version": SCHEMA_VERSION,
         "created_at": created_at or utc_now(),
-        "runner": dict(runner),
+        "runner": runner,
         "policy": {"file": policy.file, "sha256": policy.sha256, "profile": policy.profile},
         "design": design.as_dict(),
         "rounds": max((len(baseline[cid]) for cid in ids), default=0),
@@ -169,16 +176,16 @@ def calibration(
     return doc
 
 
-def write_calibration(path: Path, doc: dict[str, Any]) -> None:
+def write_calibration(path: Path, doc: CalibrationRecord) -> None:
     validate(doc, KIND, file=str(path))
     atomic_write_json(path, doc)
 
 
-def read_calibration(path: Path) -> dict[str, Any]:
+def read_calibration(path: Path) -> CalibrationRecord:
     doc = load_document(path)
     validate(doc, KIND, file=str(path))
     assert isinstance(doc, dict)
-    return doc
+    return cast(CalibrationRecord, doc)
 
 
 def threshold_warnings(
@@ -264,11 +271,11 @@ def run_calibration(
     side: PreparedSide,
     policy: Policy,
     options: CalibrateOptions,
-) -> dict[str, Any]:
+) -> CalibrationRecord:
     """Run the A/A, then write and return its calibration record."""
     # Imported here: plan and ab read calibrations without the machinery that runs workers.
+    from suite.core.loaded import LoadedRun
     from suite.flows.ab import AbOptions, run_ab
-    from suite.flows.compare import LoadedRun
 
     check_out(options.out, options.force)
     # The A/A runs every round it was asked for; the policy's budget belongs to the A/B being

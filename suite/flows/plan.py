@@ -17,8 +17,8 @@ from typing import Any
 
 from suite.core.backends import backend_entry, backend_names
 from suite.core.errors import InputError
-from suite.core.matrix import Matrix
 from suite.core.spec import CellSpec
+from suite.workloads.matrix import Matrix
 
 GITHUB_MAX_JOBS = 256  # GitHub's limit on the jobs one matrix may generate
 COMPILED_COST = 4

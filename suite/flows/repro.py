@@ -8,11 +8,13 @@ import difflib
 import shlex
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 from suite.core.errors import EnvironmentProblem, InputError
+from suite.core.records import ImageRecord, Repro, Result, RunCell, RunRecord
 from suite.core.results import INPUTS_DIR, cell_file, new_run_id, read_result, read_run
 from suite.execute import shell
 from suite.execute.launch import Step
@@ -24,14 +26,16 @@ REPRO_AB_DIR = "repro-ab"  # where a pasted ab line writes, beside baseline/ and
 AB_SIDES = ("candidate", "baseline")
 DEFAULT_CELL_TIMEOUT_S = 600.0
 SLACK_S = 120.0
+# role ("baseline", "candidate") -> (run directory, run record)
+Sides = Mapping[str, tuple[Path, RunRecord]]
 
 
 @dataclass(frozen=True)
 class Located:
     run_dir: Path
     side: str | None  # "candidate" or "baseline" in an ab directory, else None
-    run: dict[str, Any]
-    record: dict[str, Any] | None  # None while the cell is pending
+    run: RunRecord
+    record: Result | None  # None while the cell is pending
     record_file: Path
 
 
@@ -40,7 +44,7 @@ class Plan:
     cell_id: str
     argv: list[str]  # torch-matrix run ...
     out: Path
-    image: dict[str, Any] | None
+    image: ImageRecord | None
     backend: str
     env: dict[str, str]
     mounts: dict[str, str]  # host path -> "rw" | "ro", for a docker run
@@ -79,17 +83,17 @@ def locate(results: Path, cell_id: str) -> Located:
     )
 
 
-def _round(cell: dict[str, Any]) -> int:
+def _round(cell: RunCell) -> int:
     return int(cell["round"])
 
 
-def image_of(located: Located) -> dict[str, Any] | None:
+def image_of(located: Located) -> ImageRecord | None:
     """The image the cell ran in: as the side's preparation resolved it (with its id and
     recipe), else the record's own, else the run's environment's."""
     candidates = (
         located.run.get("image"),
-        (located.record or {}).get("image"),
-        located.run["environment"].get("image"),
+        located.record.get("image") if located.record else None,
+        cast("ImageRecord | None", located.run["environment"].get("image")),
     )
     for image in candidates:
         if isinstance(image, dict) and (image.get("digest") or image.get("reference")):
@@ -110,7 +114,7 @@ def input_copy(path: Path, run_dir: Path) -> Path:
 
 
 def _inputs(
-    run: dict[str, Any], run_dir: Path | None, root: Path | None
+    run: RunRecord, run_dir: Path | None, root: Path | None
 ) -> tuple[list[str], str | None]:
     """(--matrix and --workload options, a way to show a path) for a line rerunning the run's
     cells: inputs by their copies in the run directory when it kept them, under the pasting
@@ -135,7 +139,7 @@ def _inputs(
     return argv, shown(file) if file and not str(file).startswith("<") else None
 
 
-def _limits(run: dict[str, Any]) -> list[str]:
+def _limits(run: RunRecord) -> list[str]:
     options = run.get("options") or {}
     argv = []
     if options.get("timeout_s"):
@@ -146,7 +150,7 @@ def _limits(run: dict[str, Any]) -> list[str]:
 
 
 def cell_argv(
-    run: dict[str, Any],
+    run: RunRecord,
     cell_id: str,
     out: Path,
     python: str | None,
@@ -213,7 +217,7 @@ def make_plan(
     return Plan(cell_id, argv, out, image, backend, env, mounts, line, timeout_s)
 
 
-def runnable(image: dict[str, Any]) -> str:
+def runnable(image: ImageRecord) -> str:
     """What `docker run` takes for the image, pinned: the registry digest, else the image id."""
     if image.get("digest_kind") == "image-id" and image.get("id"):
         return str(image["id"])
@@ -225,12 +229,12 @@ def image_variable(role: str) -> str:
     return f"TORCH_MATRIX_{role.upper()}_IMAGE"
 
 
-def _rebuildable(image: dict[str, Any]) -> bool:
+def _rebuildable(image: ImageRecord) -> bool:
     """An image no registry holds, with the recipe to build it again."""
     return image.get("digest_kind") == "image-id" and isinstance(image.get("recipe"), dict)
 
 
-def image_word(image: dict[str, Any], role: str) -> tuple[str, dict[str, str]]:
+def image_word(image: ImageRecord, role: str) -> tuple[str, dict[str, str]]:
     """The image as a line names it, and the shell variables that word needs: an image no
     registry holds is "${TORCH_MATRIX_<ROLE>_IMAGE:-sha256:ID}", the recorded id unless the
     rebuild line (build_lines) set the variable to the id of the image it built."""
@@ -241,19 +245,19 @@ def image_word(image: dict[str, Any], role: str) -> tuple[str, dict[str, str]]:
     return placeholder, {placeholder: expression}
 
 
-def side_spec(run: dict[str, Any], role: str) -> tuple[str, dict[str, str]]:
+def side_spec(run: RunRecord, role: str) -> tuple[str, dict[str, str]]:
     """The ab side that runs the same thing again, and the shell variables it needs: an image by
     digest (one no registry holds by its id, or the rebuilt one), else the side as the A/B was
     given it."""
-    image = run.get("image") or {}
-    if image.get("digest") or image.get("id"):
+    image = run.get("image")
+    if image and (image.get("digest") or image.get("id")):
         word, variables = image_word(image, role)
         return f"docker:{word}", variables
     spec = str((run.get("ab") or {}).get("spec") or "current")
     return (str(run.get("interpreter") or spec) if spec == "current" else spec), {}
 
 
-def ab_line(sides: dict[str, tuple[Path, dict[str, Any]]], cell_id: str, root: Path | None) -> str:
+def ab_line(sides: Sides, cell_id: str, root: Path | None) -> str:
     """The `torch-matrix ab` line that repeats the paired comparison of one cell on the same two
     sides (role -> (run directory, run record)): for a timing or memory regression, where one
     side alone shows nothing."""
@@ -281,7 +285,7 @@ def ab_line(sides: dict[str, tuple[Path, dict[str, Any]]], cell_id: str, root: P
     return shell.join([*argv, "--out", str(out)], variables)
 
 
-def build_lines(sides: dict[str, dict[str, Any]]) -> dict[str, str]:
+def build_lines(sides: Mapping[str, RunRecord]) -> dict[str, str]:
     """role -> the lines that make a side's image again from its recipe and set
     TORCH_MATRIX_<ROLE>_IMAGE to its id, which the run and ab lines then use, for each image no
     registry holds (a registry's digest needs none: docker pulls it)."""
@@ -289,10 +293,9 @@ def build_lines(sides: dict[str, dict[str, Any]]) -> dict[str, str]:
 
     lines = {}
     for role, run in sides.items():
-        image = run.get("image") or {}
-        if not _rebuildable(image):
+        image = run.get("image")
+        if not image or not _rebuildable(image) or not (recipe := image.get("recipe")):
             continue
-        recipe = image["recipe"]
         tag = image.get("tag") or f"torch-matrix/{recipe.get('backend')}:rebuilt"
         argv, notes = rebuild_command(
             recipe, image.get("base"), image.get("revision"), image.get("source"), tag
@@ -304,12 +307,12 @@ def build_lines(sides: dict[str, dict[str, Any]]) -> dict[str, str]:
 
 
 def repro_record(
-    sides: dict[str, tuple[Path, dict[str, Any]]],
+    sides: Sides,
     cell_id: str,
-    record: dict[str, Any] | None,
+    record: Result | None,
     failing: set[str],
     root: Path | None,
-) -> dict[str, Any]:
+) -> Repro:
     """The decision's repro for a failing cell: the host line and, for a run in an image, the
     `docker run` line of the candidate (a status or correctness failure shows on one side); the
     `ab` line of both sides for a timing or memory regression; the `docker build` lines of
@@ -320,7 +323,7 @@ def repro_record(
     located = Located(cand_dir, None, cand_run, record, cell_file(cand_dir, cell_id))
     paired = failing & set(PERFORMANCE_GATES)
     single = failing - paired
-    doc: dict[str, Any] = {
+    doc: Repro = {
         "command": make_plan(located, cell_id, host=True).line,
         "docker": make_plan(located, cell_id, root=root, role="candidate").line
         if image_of(located) and single
@@ -335,7 +338,7 @@ def repro_record(
     return doc
 
 
-def reproduce(plan: Plan) -> tuple[Path, dict[str, Any]]:
+def reproduce(plan: Plan) -> tuple[Path, Result]:
     """Run the plan (through the docker SDK for an image); return the new record and its path."""
     plan.out.mkdir(parents=True, exist_ok=True)
     log = plan.out / "repro.log"

@@ -9,7 +9,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from suite.core.matrix import Matrix
 from suite.core.results import atomic_write_json
 from suite.core.spec import CellSpec
 from suite.execute.environment import RunOptions
@@ -18,6 +17,7 @@ from suite.execute.runner import Run
 from suite.execute.sides import PreparedSide, prepare
 from suite.judge.rollback import DIRECTIONS, RECORD, direction
 from suite.workloads import Resolved
+from suite.workloads.matrix import Matrix
 
 STEP_TIMEOUT_S = 900.0
 

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from suite.core.errors import InputError
+from suite.core.records import DecisionRecord
 from suite.github.client import GitHubClient, GitHubError
 from suite.report.markdown import render_markdown
-from suite.report.table import Decision
 
 GITHUB_BODY_LIMIT = 65536
 DEFAULT_LIMIT = 65000
@@ -117,7 +117,7 @@ def with_header(body: str, *, name: str, run_started_at: str) -> str:
 
 
 def comment_body(
-    decision: Decision,
+    decision: DecisionRecord,
     *,
     name: str,
     run_started_at: str,

@@ -8,9 +8,9 @@ import os
 import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
 
 from suite.core.errors import EnvironmentProblem, InputError, SuiteError
+from suite.core.records import DecisionRecord
 from suite.core.secrets import redact_text
 from suite.report.escape import code_block
 from suite.report.markdown import render_markdown
@@ -41,7 +41,7 @@ def write_github_output(values: Mapping[str, str]) -> None:
 SUMMARY_MAX_BYTES = (1 << 20) - 4096
 
 
-def append_summary(decision: dict[str, Any], path: Path, full_report_url: str | None) -> int:
+def append_summary(decision: DecisionRecord, path: Path, full_report_url: str | None) -> int:
     """Append the report to a job summary, cut to fit beside what the file holds; returns the
     bytes written."""
     try:

@@ -9,10 +9,10 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import cast
 
 from suite.core import accuracy
-from suite.core.records import GateRecord, Verdict
+from suite.core.records import AccuracyCheck, GateRecord, Verdict
 from suite.core.results import disturbed
 from suite.judge import sequential
 from suite.judge.policy import Gate
@@ -35,8 +35,8 @@ def side_status(records: Sequence[Record]) -> str | None:
 
 def _effective_status(record: Record) -> str:
     # A failed accuracy check is the correctness gate's business; the cell itself ran.
-    failure = record.get("failure") or {}
-    if record["status"] == "failed" and failure.get("mode") == "correctness":
+    failure = record.get("failure")
+    if record["status"] == "failed" and failure and failure["mode"] == "correctness":
         return "ok"
     return str(record["status"])
 
@@ -74,22 +74,29 @@ def status_gate(
     )
 
 
-def _checks(records: Sequence[Record]) -> list[dict[str, Any]]:
+def _checks(records: Sequence[Record]) -> list[AccuracyCheck]:
     for record in records:
-        if record.get("correctness"):
-            return list(record["correctness"].get("checks") or [record["correctness"]])
+        if correctness := record.get("correctness"):
+            return list(correctness.get("checks") or [correctness])
     return []
 
 
-def _judge_checks(checks: list[dict[str, Any]], gate: Gate) -> tuple[bool, dict[str, Any] | None]:
+def _judge_checks(checks: list[AccuracyCheck], gate: Gate) -> tuple[bool, AccuracyCheck | None]:
     """Re-judge stored RMSEs with the policy's tolerances; return (passed, worst failing check)."""
-    worst: dict[str, Any] | None = None
+    worst: AccuracyCheck | None = None
     for check in checks:
         verdict = accuracy.judge(
             check["rmse_result"], check["rmse_reference"], check["dtype"], gate.tolerances
         )
         if not verdict.passed and worst is None:
-            worst = {**check, **verdict.as_dict()}
+            worst = {
+                **check,
+                "passed": verdict.passed,
+                "rmse_result": verdict.rmse_result,
+                "rmse_reference": verdict.rmse_reference,
+                "k": verdict.k,
+                "tol": verdict.tol,
+            }
     return worst is None, worst
 
 
@@ -205,12 +212,14 @@ def _low_samples(records: Sequence[Record]) -> int:
     return sum(
         1
         for r in records
-        if r.get("timing") and _ok(r) and len(r["timing"].get("samples_s") or []) < MIN_SAMPLES
+        if (timing := r.get("timing"))
+        and _ok(r)
+        and len(timing.get("samples_s") or []) < MIN_SAMPLES
     )
 
 
 def _relative_iqr(records: Sequence[Record]) -> float | None:
-    values = [r["noise"]["relative_iqr"] for r in records if r.get("noise") and _ok(r)]
+    values = [noise["relative_iqr"] for r in records if (noise := r.get("noise")) and _ok(r)]
     return statistics.median(values) if values else None
 
 
@@ -240,7 +249,7 @@ def timing_gate(
     unit, baseline, candidate = "s", statistics.median(b_values), statistics.median(c_values)
     change, ci = verdict.change, verdict.ci
     if gate.name == "throughput":
-        unit = next((r["throughput"]["unit"] for r in base if r.get("throughput")), "items/s")
+        unit = next((tp["unit"] for r in base if (tp := r.get("throughput"))), "items/s")
         # d is worse-positive (a throughput drop); report the change of throughput itself.
         if verdict.log_mean is not None:
             change = sequential.ratio_change(-verdict.log_mean)
@@ -285,9 +294,9 @@ def _pct(x: float | None) -> str:
 
 def _peaks(records: Sequence[Record]) -> list[int]:
     return [
-        r["memory"]["peak_bytes"]
+        memory["peak_bytes"]
         for r in records
-        if r.get("memory") and _effective_status(r) == "ok"
+        if (memory := r.get("memory")) and _effective_status(r) == "ok"
     ]
 
 

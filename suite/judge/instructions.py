@@ -17,12 +17,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from suite.core.records import GateRecord, Verdict
+from suite.core.records import GateRecord, Moved, Verdict
 from suite.core.spec import countable
 from suite.judge.policy import Gate
-from suite.judge.verdicts import gate_result
+from suite.judge.verdicts import NO_DIRS, Dirs, Record, failure_message, gate_result
 
-Record = dict[str, Any]
 REPLICATES = 2
 # Two fresh processes of one build count the same step within a few hundredths of a percent on
 # this machine (0.0009% SDPA, 0.028% MLP train step, 0.025% conv stack); 0.5% leaves room and
@@ -49,9 +48,9 @@ def spread(values: Sequence[float]) -> float:
 
 def _why_missing(records: Sequence[Record], side: str) -> str:
     for record in records:
-        failure = record.get("failure") or {}
-        if record.get("status") != "ok" and failure.get("message"):
-            return f"the {side} could not count: {str(failure['message']).splitlines()[0][:300]}"
+        message = failure_message(record)
+        if record.get("status") != "ok" and message:
+            return f"the {side} could not count: {message.splitlines()[0][:300]}"
     counted = len(per_step(records))
     return f"the {side} counted in {counted} of the {REPLICATES} processes the gate needs"
 
@@ -80,7 +79,11 @@ def _label(records: Sequence[Record]) -> str:
 
 
 def instructions_gate(
-    gate: Gate, base: Sequence[Record], cand: Sequence[Record], results: Sequence[Record] = ()
+    gate: Gate,
+    base: Sequence[Record],
+    cand: Sequence[Record],
+    results: Sequence[Record] = (),
+    dirs: Dirs = NO_DIRS,
 ) -> GateRecord | None:
     """The verdict from both sides' counting processes; None for a cell the gate does not
     apply to (a GPU cell, a cell of several ranks, a compile or export sweep). A cell it
@@ -92,7 +95,7 @@ def instructions_gate(
     unsupported = [r for r in [*base, *cand] if r.get("status") == "unsupported"]
     if base and cand and len(unsupported) == len(base) + len(cand):
         # As the correctness gate says of such a cell: a finding of both pins, not a gap.
-        why = str((unsupported[-1].get("failure") or {}).get("message") or "").splitlines()
+        why = failure_message(unsupported[-1]).splitlines()
         message = "unsupported on both pins, no step to count" + (
             f": {why[0][:300]}" if why else ""
         )
@@ -131,15 +134,16 @@ def instructions_gate(
     message = f"{change:+.2%} instructions per step ({label})"
     result = gate_result(gate, verdict, message, **numbers)
     if verdict in ("fail", "improved"):
-        result["moved"] = what_moved(base, cand)
+        result["moved"] = what_moved(base, cand, dirs)
     return result
 
 
-def _functions(records: Sequence[Record]) -> dict[str, int] | None:
-    """Per-function instruction totals of a side's first counting process that kept them."""
+def _functions(records: Sequence[Record], run_dir: Path | None) -> dict[str, int] | None:
+    """Per-function instruction totals of a side's first counting process that kept them (in
+    the side's folder)."""
     for record in records:
         counted = record.get("instructions") or {}
-        file, run_dir = counted.get("functions"), record.get("_run_dir")
+        file = counted.get("functions")
         if file and run_dir:
             try:
                 lines = Path(run_dir, file).read_text("utf-8").splitlines()
@@ -151,10 +155,10 @@ def _functions(records: Sequence[Record]) -> dict[str, int] | None:
     return None
 
 
-def what_moved(base: Sequence[Record], cand: Sequence[Record]) -> list[dict[str, Any]]:
+def what_moved(base: Sequence[Record], cand: Sequence[Record], dirs: Dirs = NO_DIRS) -> list[Moved]:
     """The functions whose instructions per step moved most between the sides, largest absolute
     change first: name, baseline, candidate, change."""
-    b, c = _functions(base), _functions(cand)
+    b, c = _functions(base, dirs[0]), _functions(cand, dirs[1])
     if b is None or c is None:
         return []
     changes = {name: c.get(name, 0) - b.get(name, 0) for name in b.keys() | c.keys()}

@@ -8,15 +8,13 @@ cells, and any cell whose workload says part of it ran on the CPU).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 from suite.core.records import GateRecord, Verdict
 from suite.judge.policy import Gate
 from suite.judge.saved_outputs import NotMeasurable, saved_drift
-from suite.judge.verdicts import gate_result
+from suite.judge.verdicts import NO_DIRS, Dirs, Record, failure_message, gate_result
 
-Record = dict[str, Any]
 GateFn = Callable[[Gate, Sequence[Record], Sequence[Record]], GateRecord | None]
 
 
@@ -77,7 +75,7 @@ def export(gate: Gate, base: Sequence[Record], cand: Sequence[Record]) -> GateRe
         return gate_result(gate, "untested", f"export path {path}: no candidate result")
     status = cand[0]["status"]
     b_status = base[0]["status"] if base else None
-    message = (cand[0].get("failure") or {}).get("message", "")
+    message = failure_message(cand[0])
     if status == "ok":
         err = _metric(cand, "max_abs_error")
         return gate_result(
@@ -101,9 +99,7 @@ def determinism(gate: Gate, base: Sequence[Record], cand: Sequence[Record]) -> G
             and cand[0]["spec"]["workload"] == "determinism"
             and cand[0]["status"] == "unsupported"
         ):
-            return gate_result(
-                gate, "unsupported", (cand[0].get("failure") or {}).get("message", "")
-            )
+            return gate_result(gate, "unsupported", failure_message(cand[0]))
         return None
     c_in, c_x = (
         _metric(cand, "deterministic_in_process"),
@@ -139,20 +135,25 @@ def determinism(gate: Gate, base: Sequence[Record], cand: Sequence[Record]) -> G
     )
 
 
-def drift(gate: Gate, base: Sequence[Record], cand: Sequence[Record]) -> GateRecord | None:
-    """Outputs of the same seeded step on both pins, against the policy's relative tolerance."""
-    b = next((r for r in base if r.get("outputs")), None)
-    c = next((r for r in cand if r.get("outputs")), None)
+def drift(
+    gate: Gate, base: Sequence[Record], cand: Sequence[Record], dirs: Dirs = NO_DIRS
+) -> GateRecord | None:
+    """Outputs of the same seeded step on both pins, against the policy's relative tolerance;
+    the files lie in the sides' folders."""
+    b = next((o for r in base if (o := r.get("outputs"))), None)
+    c = next((o for r in cand if (o := r.get("outputs"))), None)
     if b is None and c is None:
         return None
     if b is None or c is None:
         return gate_result(gate, "untested", "saved outputs on one side only")
-    dtype = str(b["spec"]["params"].get("dtype", "fp32"))
+    b_dir, c_dir = dirs
+    if b_dir is None or c_dir is None:
+        return gate_result(gate, "untested", "the saved outputs' folders are not known")
+    spec = next(r["spec"] for r in base if r.get("outputs"))
+    dtype = str(spec["params"].get("dtype", "fp32"))
     tolerance = (gate.relative_tolerance or {}).get(dtype, gate.threshold or 1e-4)
     try:
-        found = saved_drift(
-            Path(b["_run_dir"]) / b["outputs"]["file"], Path(c["_run_dir"]) / c["outputs"]["file"]
-        )
+        found = saved_drift(b_dir / b["file"], c_dir / c["file"])
     except NotMeasurable as exc:
         return gate_result(gate, "untested", str(exc))
     if found.missing:
@@ -180,8 +181,8 @@ def fallback(gate: Gate, base: Sequence[Record], cand: Sequence[Record]) -> Gate
     """Ops that ran on the CPU instead of the backend (MPS's fallback, or a workload's own
     CellContext.fell_back): fail, unless the policy allows it. None where nothing records one
     (every backend but MPS, for workloads that do not say so)."""
-    b = [r["fallback"] for r in base if r.get("fallback")]
-    c = [r["fallback"] for r in cand if r.get("fallback")]
+    b = [f for r in base if (f := r.get("fallback"))]
+    c = [f for r in cand if (f := r.get("fallback"))]
     if not b and not c:
         return None
     if not c:
@@ -206,6 +207,5 @@ METRIC_GATES: dict[str, GateFn] = {
     "recompiles": _counts("recompiles", "recompile_reasons"),
     "export": export,
     "determinism": determinism,
-    "drift": drift,
     "fallback": fallback,
 }

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from suite.core.errors import InputError
-from suite.core.records import DECISIONS, Severity
+from suite.core.records import DECISIONS, Decision, PolicyEvidence, Severity
 from suite.core.validation import load_spec_document, validate
 from suite.core.yamlsafe import load_yaml
 from suite.judge.sequential import DEFAULT_FAIL_LEVEL, DEFAULT_LOOKS, DEFAULT_PASS_LEVEL, Design
@@ -18,11 +19,11 @@ from suite.judge.sequential import DEFAULT_FAIL_LEVEL, DEFAULT_LOOKS, DEFAULT_PA
 DEFAULT_POLICY_NAME = "<built-in default policy>"
 
 
-def decision_rank(decision: str) -> int:
+def decision_rank(decision: Decision) -> int:
     return DECISIONS.index(decision)
 
 
-def worst(decisions: list[str]) -> str:
+def worst(decisions: Sequence[Decision]) -> Decision:
     return max(decisions, key=decision_rank, default="adopt")
 
 
@@ -43,7 +44,7 @@ class Gate:
 
 @dataclass(frozen=True)
 class Rule:
-    decision: str
+    decision: Decision
     verdicts: tuple[str, ...]
     severity: str | None = None
     gate: str | None = None
@@ -80,13 +81,55 @@ class Policy:
             fnmatch.fnmatchcase(row, p) or fnmatch.fnmatchcase(workload, p) for p in self.isolatable
         )
 
-    def evidence(self) -> dict[str, Any]:
+    def evidence(self) -> PolicyEvidence:
         return {
             "file": self.file,
             "sha256": self.sha256,
             "profile": self.profile,
             "fleet_backends": list(self.fleet_backends),
         }
+
+
+class GateDoc(TypedDict, total=False):
+    """A gate as a policy file writes it (policy.schema.json's $defs.gate)."""
+
+    severity: Severity
+    threshold: float | None
+    required: bool
+    min_bytes: int
+    budget_bytes: int | None
+    must_not_grow: bool
+    paths: list[str]
+    relative_tolerance: dict[str, float] | None
+    allow: bool
+    tolerances: dict[str, list[float]] | None
+
+
+class RuleDoc(TypedDict, total=False):
+    decision: Decision
+    verdicts: list[str]
+    severity: str | None
+    gate: str | None
+    fleet: bool | None
+    required: bool | None
+    lane: str | None
+    reason: str
+
+
+class StatisticsDoc(TypedDict, total=False):
+    looks: list[int]
+    fail_level: float
+    pass_level: float
+    budget_s: float | None
+
+
+class ProfileDoc(TypedDict, total=False):
+    description: str
+    fleet_backends: list[str]
+    gates: dict[str, GateDoc]
+    isolatable: list[str]
+    rules: list[RuleDoc]
+    statistics: StatisticsDoc
 
 
 # Every gate the suite computes, and the fields each needs beyond its severity. The schema
@@ -111,7 +154,7 @@ GATE_NEEDS: dict[str, tuple[str, ...]] = {
 }
 
 
-def _check_gates(raw: dict[str, Any], rules: list[dict[str, Any]], file: str, where: str) -> None:
+def _check_gates(raw: ProfileDoc, rules: list[RuleDoc], file: str, where: str) -> None:
     """What a schema-valid profile can still get wrong: a gate the suite does not compute, a
     field a gate needs, a rule naming a gate the profile lacks."""
     gates = raw["gates"]
@@ -145,7 +188,7 @@ def _check_gates(raw: dict[str, Any], rules: list[dict[str, Any]], file: str, wh
             )
 
 
-def _gate(name: str, raw: dict[str, Any]) -> Gate:
+def _gate(name: str, raw: GateDoc) -> Gate:
     tolerances = raw.get("tolerances")
     return Gate(
         name=name,
@@ -165,7 +208,7 @@ def _gate(name: str, raw: dict[str, Any]) -> Gate:
     )
 
 
-def _rule(raw: dict[str, Any]) -> Rule:
+def _rule(raw: RuleDoc) -> Rule:
     return Rule(
         decision=raw["decision"],
         verdicts=tuple(raw["verdicts"]),
@@ -206,8 +249,8 @@ def load_policy(path: Path | None, profile: str | None) -> Policy:
             file=file,
             path=f"$.profiles.{name}",
         )
-    raw = doc["profiles"][name]
-    stats = raw.get("statistics", {})
+    raw: ProfileDoc = doc["profiles"][name]
+    stats = raw.get("statistics") or {}
     rules = raw.get("rules", doc.get("rules"))
     if not rules:
         raise InputError(
@@ -228,7 +271,7 @@ def load_policy(path: Path | None, profile: str | None) -> Policy:
     )
 
 
-def _design(stats: dict[str, Any], file: str, where: str) -> Design:
+def _design(stats: StatisticsDoc, file: str, where: str) -> Design:
     looks = tuple(stats.get("looks", DEFAULT_LOOKS))
     if list(looks) != sorted(set(looks)):
         raise InputError(

@@ -20,10 +20,10 @@ from suite.judge.gates import (
     timing_gate,
 )
 from suite.judge.instructions import instructions_gate
-from suite.judge.metric_gates import METRIC_GATES
+from suite.judge.metric_gates import METRIC_GATES, drift
 from suite.judge.policy import Gate, Policy
 from suite.judge.sequential import TIMING_GATES, Design
-from suite.judge.verdicts import Record
+from suite.judge.verdicts import NO_DIRS, Dirs, Record, failure_message, failure_mode
 
 
 @dataclass
@@ -37,16 +37,16 @@ class Inputs:
     status: GateRecord | None = field(default=None)  # the status verdict, once judged
     base_counts: Sequence[Record] = ()  # counting processes (suite/execute/counting.py)
     cand_counts: Sequence[Record] = ()
+    dirs: Dirs = NO_DIRS  # where the sides' saved files lie
 
     def status_of(self, gate: Gate) -> GateRecord:
         """The cell's status verdict; correctness needs it even where the policy has no status
         gate, and then it is judged under the first gate's name, as before."""
         if self.status is None or gate.name == "status":
-            failure = next((r["failure"] for r in self.cand if r.get("failure")), None) or {}
-            message = str(failure.get("message", "")).splitlines()[0][:300] if failure else ""
+            message = next((m for r in self.cand if (m := failure_message(r))), "")
+            message = message.splitlines()[0][:300] if message else ""
             dependency = bool(self.base and self.cand) and all(
-                (r.get("failure") or {}).get("mode") == "dependency"
-                for r in [*self.base, *self.cand]
+                failure_mode(r) == "dependency" for r in [*self.base, *self.cand]
             )
             self.status = status_gate(
                 gate, side_status(self.base), side_status(self.cand), message, dependency=dependency
@@ -77,10 +77,11 @@ REGISTRY: dict[str, GateFn] = {
     "peak_memory": lambda gate, i: memory_gate(gate, i.base, i.cand, i.comparable),
     "memory_budget": lambda gate, i: budget_gate(gate, i.cand),
     **{name: _metric(name) for name in METRIC_GATES},
+    "drift": lambda gate, i: drift(gate, i.base, i.cand, i.dirs),
     # The rollback gate is not judged per cell: suite/flows/rollback.py adds its own cells.
     "rollback": lambda gate, i: None,
     "instructions": lambda gate, i: instructions_gate(
-        gate, i.base_counts, i.cand_counts, [*i.base, *i.cand]
+        gate, i.base_counts, i.cand_counts, [*i.base, *i.cand], i.dirs
     ),
 }
 
@@ -92,10 +93,12 @@ def evaluate_cell(
     comparable: bool,
     design: Design | None = None,
     counts: tuple[Sequence[Record], Sequence[Record]] = ((), ()),
+    dirs: Dirs = NO_DIRS,
 ) -> list[GateRecord]:
     """Every gate the policy names that applies to this cell, in the policy's order; counts are
-    the two sides' counting processes, for the instructions gate."""
-    inputs = Inputs(base, cand, comparable, design or policy.design, None, *counts)
+    the two sides' counting processes, for the instructions gate, and dirs the folders the
+    sides' saved files lie in, for the drift and instructions gates."""
+    inputs = Inputs(base, cand, comparable, design or policy.design, None, *counts, dirs)
     out = []
     for gate in policy.gates.values():
         result = REGISTRY[gate.name](gate, inputs)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from suite.core.accuracy import CHECKPOINT_TOLERANCE
-from suite.core.records import Cell, Verdict
+from suite.core.records import Cell, RollbackRecord, Verdict
 from suite.core.results import cell_file
 from suite.judge.policy import Gate, Policy
 from suite.judge.saved_outputs import NotMeasurable, saved_drift
@@ -159,7 +159,15 @@ def judge_rehearsal(
     )
 
 
-def judge_rollback(out: Path, policy: Policy) -> tuple[list[Cell], dict[str, Any] | None]:
+def _rollback_record(timing: dict[str, float], reports: dict[str, Any]) -> RollbackRecord:
+    record: RollbackRecord = {"checkpoints": reports}
+    for key in ("duration_s", "environment_ready_s", "rehearsal_s"):
+        if key in timing:
+            record[key] = float(timing[key])
+    return record
+
+
+def judge_rollback(out: Path, policy: Policy) -> tuple[list[Cell], RollbackRecord | None]:
     """The rollback cells of one A/B folder and its rollback record for decision.json; no
     cells where the checks did not run (the required gate is then untested)."""
     path = out / RECORD
@@ -171,8 +179,8 @@ def judge_rollback(out: Path, policy: Policy) -> tuple[list[Cell], dict[str, Any
     if not (rehearsal / "run.json").is_file():
         missing = f"the rehearsal left no {rehearsal / 'run.json'}"
         cells.append(rollback_cell("rehearsal", "fail", missing))
-        return cells, {**record["timing"], "checkpoints": reports}
+        return cells, _rollback_record(record["timing"], reports)
     run = json.loads((rehearsal / "run.json").read_text("utf-8"))
     cell_ids = list(dict.fromkeys(c["cell_id"] for c in run["cells"] if c["round"] == 0))
     cells.append(judge_rehearsal(cell_ids, out / "baseline", rehearsal, policy, record["timing"]))
-    return cells, {**record["timing"], "checkpoints": reports}
+    return cells, _rollback_record(record["timing"], reports)

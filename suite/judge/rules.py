@@ -9,9 +9,18 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from dataclasses import dataclass, field
+from typing import TypeVar
 
-from suite.core.records import DECISIONS, EXIT_CODES, UNDECIDED_WHY, Decision
+from suite.core.records import (
+    DECISIONS,
+    EXIT_CODES,
+    UNDECIDED_WHY,
+    Cell,
+    Decision,
+    GateRecord,
+    Row,
+)
 from suite.judge.policy import Policy, decision_rank, worst
 from suite.judge.sequential import TIMING_GATES
 
@@ -22,57 +31,73 @@ def exit_code(decision: Decision) -> int:
     return EXIT_CODES[decision]
 
 
-def apply_rules(policy: Policy, cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Annotate every gate with its decision; return the rows with their decisions and reasons."""
-    rows: dict[str, dict[str, Any]] = {}
-    for cell in cells:
-        fleet = cell["backend"] in policy.fleet_backends
-        row = rows.setdefault(
-            cell["row_id"],
-            {
-                "row_id": cell["row_id"],
-                "workload": cell["workload"],
-                "backend": cell["backend"],
-                "lane": cell["lane"],
-                "fleet": fleet,
-                "isolatable": policy.is_isolatable(cell["workload"], cell["backend"]),
-                "decision": "adopt",
-                "reasons": [],
-                "verdicts": Counter(),
-            },
+@dataclass
+class _RowTally:
+    """A row's decision while its cells' gates are read: reasons ranked by their decision."""
+
+    row: Row
+    reasons: list[tuple[int, str]] = field(default_factory=list)
+    verdicts: Counter[str] = field(default_factory=Counter)
+
+
+def _gate_decision(policy: Policy, cell: Cell, gate: GateRecord, tally: _RowTally) -> None:
+    fleet = tally.row["fleet"]
+    tally.verdicts[gate["verdict"]] += 1
+    gate_obj = policy.gates[gate["gate"]]
+    matched = [
+        r
+        for r in policy.rules
+        if r.matches(gate_obj, gate["verdict"], fleet=fleet, lane=cell["lane"])
+    ]
+    decision = worst([r.decision for r in matched])
+    gate["decision"] = decision
+    if matched and decision != "adopt":
+        # The most specific rule of the worst decision explains it best.
+        rule = max(matched, key=lambda r: (decision_rank(r.decision), r.gate is not None))
+        why = rule.reason or rule.decision
+        reason = f"{cell['cell_id']}: {gate['gate']} {gate['verdict']} — {why}"
+        tally.reasons.append((decision_rank(decision), reason))
+        tally.row["decision"] = worst([tally.row["decision"], decision])
+
+
+def _settled(tally: _RowTally) -> Row:
+    row = tally.row
+    capped = row["lane"] == "prototype" or row["isolatable"]
+    if capped and decision_rank(row["decision"]) > decision_rank("isolate"):
+        why = "prototype lane" if row["lane"] == "prototype" else "isolatable by policy"
+        tally.reasons.append(
+            (-1, f"{row['row_id']} capped at isolate ({why}; was {row['decision']})")
         )
-        if cell["lane"] == "prototype":
-            row["lane"] = "prototype"
-        for gate in cell["gates"]:
-            row["verdicts"][gate["verdict"]] += 1
-            gate_obj = policy.gates[gate["gate"]]
-            matched = [
-                r
-                for r in policy.rules
-                if r.matches(gate_obj, gate["verdict"], fleet=fleet, lane=cell["lane"])
-            ]
-            decision = worst([r.decision for r in matched])
-            gate["decision"] = decision
-            if matched and decision != "adopt":
-                # The most specific rule of the worst decision explains it best.
-                rule = max(matched, key=lambda r: (decision_rank(r.decision), r.gate is not None))
-                why = rule.reason or rule.decision
-                reason = f"{cell['cell_id']}: {gate['gate']} {gate['verdict']} — {why}"
-                row["reasons"].append((decision_rank(decision), reason))
-                row["decision"] = worst([row["decision"], decision])
-    out = []
-    for row in rows.values():
-        capped = row["lane"] == "prototype" or row["isolatable"]
-        if capped and decision_rank(row["decision"]) > decision_rank("isolate"):
-            why = "prototype lane" if row["lane"] == "prototype" else "isolatable by policy"
-            row["reasons"].append(
-                (-1, f"{row['row_id']} capped at isolate ({why}; was {row['decision']})")
+        row["decision"] = "isolate"
+    row["reasons"] = [r for _, r in sorted(tally.reasons, key=lambda x: -x[0])]
+    row["verdicts"] = dict(sorted(tally.verdicts.items()))
+    return row
+
+
+def apply_rules(policy: Policy, cells: Sequence[Cell]) -> list[Row]:
+    """Annotate every gate with its decision; return the rows with their decisions and reasons."""
+    tallies: dict[str, _RowTally] = {}
+    for cell in cells:
+        tally = tallies.get(cell["row_id"])
+        if tally is None:
+            tally = tallies[cell["row_id"]] = _RowTally(
+                {
+                    "row_id": cell["row_id"],
+                    "workload": cell["workload"],
+                    "backend": cell["backend"],
+                    "lane": cell["lane"],
+                    "fleet": cell["backend"] in policy.fleet_backends,
+                    "isolatable": policy.is_isolatable(cell["workload"], cell["backend"]),
+                    "decision": "adopt",
+                    "reasons": [],
+                    "verdicts": {},
+                }
             )
-            row["decision"] = "isolate"
-        row["reasons"] = [r for _, r in sorted(row["reasons"], key=lambda x: -x[0])]
-        row["verdicts"] = dict(sorted(row["verdicts"].items()))
-        out.append(row)
-    return out
+        if cell["lane"] == "prototype":
+            tally.row["lane"] = "prototype"
+        for gate in cell["gates"]:
+            _gate_decision(policy, cell, gate, tally)
+    return [_settled(tally) for tally in tallies.values()]
 
 
 # Verdicts that settle a gate either way; the rest leave it open.
@@ -84,9 +109,7 @@ _NOTHING_MEASURED = frozenset({"untested", "unsupported"})
 _TO = "\u2013"
 
 
-def overall(
-    rows: list[dict[str, Any]], cells: Sequence[Mapping[str, Any]] = ()
-) -> tuple[str, list[str]]:
+def overall(rows: Sequence[Row], cells: Sequence[Cell] = ()) -> tuple[Decision, list[str]]:
     """The worst row decision and its reasons, then one line per timing gate in cells.
 
     An adopt says what the rows showed, not just that no rule blocked them: the research
@@ -109,14 +132,14 @@ def overall(
     return decision, reasons + timing_lines(cells)
 
 
-def _adopt_line(rows: list[dict[str, Any]]) -> str:
+def _adopt_line(rows: Sequence[Row]) -> str:
     passing = 0
     open_rows: list[str] = []
     empty_rows: list[str] = []
     open_verdicts: Counter[str] = Counter()
     empty_verdicts: set[str] = set()
     for row in rows:
-        verdicts: dict[str, int] = row.get("verdicts") or {}
+        verdicts = row["verdicts"]
         if verdicts and set(verdicts) <= _PASSING:
             passing += 1
         elif set(verdicts) <= _NOTHING_MEASURED:
@@ -159,10 +182,10 @@ def _row_names(row_ids: list[str], shown: int = 3) -> str:
 SUMMARIZED = (*TIMING_GATES, "instructions")
 
 
-def timing_lines(cells: Sequence[Mapping[str, Any]]) -> list[str]:
+def timing_lines(cells: Sequence[Cell]) -> list[str]:
     """Per timing gate and the instructions gate: in how many cells it decided, after how many
     rounds, and why not."""
-    found: dict[str, list[Mapping[str, Any]]] = {}
+    found: dict[str, list[GateRecord]] = {}
     for cell in cells:
         for gate in cell["gates"]:
             if gate["gate"] in SUMMARIZED:
@@ -170,8 +193,8 @@ def timing_lines(cells: Sequence[Mapping[str, Any]]) -> list[str]:
     return [_timing_line(name, found[name]) for name in SUMMARIZED if name in found]
 
 
-def _timing_line(name: str, gates: list[Mapping[str, Any]]) -> str:
-    by_verdict: dict[str, list[Mapping[str, Any]]] = {}
+def _timing_line(name: str, gates: list[GateRecord]) -> str:
+    by_verdict: dict[str, list[GateRecord]] = {}
     for gate in gates:
         by_verdict.setdefault(gate["verdict"], []).append(gate)
     decided = [g for v in _DECIDED for g in by_verdict.get(v, [])]
@@ -187,9 +210,9 @@ def _timing_line(name: str, gates: list[Mapping[str, Any]]) -> str:
     return "; ".join(parts)
 
 
-def _why_open(gates: list[Mapping[str, Any]]) -> list[str]:
+def _why_open(gates: list[GateRecord]) -> list[str]:
     """Inconclusive timing gates grouped by their recorded cause, with their numbers."""
-    groups: dict[str | None, list[Mapping[str, Any]]] = {}
+    groups: dict[str | None, list[GateRecord]] = {}
     for gate in gates:
         why = gate.get("undecided")
         groups.setdefault(why if why in UNDECIDED_WHY else None, []).append(gate)
@@ -200,8 +223,8 @@ def _why_open(gates: list[Mapping[str, Any]]) -> list[str]:
             continue
         # Records older than the `undecided` field say why only in the gate's message.
         text = f"{len(group)} {UNDECIDED_WHY[why] if why else 'cause not recorded'}"
-        spreads = [g["spread"] for g in group if g.get("spread") is not None]
-        needed = [g["needed_rounds"] for g in group if g.get("needed_rounds") is not None]
+        spreads = [s for g in group if (s := g.get("spread")) is not None]
+        needed = [n for g in group if (n := g.get("needed_rounds")) is not None]
         # "2 too noisy: spread 8.4-12% after 20 rounds, ≈49-96 rounds needed"
         if spreads:
             text += f": spread {_span(spreads, _percent)}%"
@@ -212,8 +235,8 @@ def _why_open(gates: list[Mapping[str, Any]]) -> list[str]:
     return out
 
 
-def _after(gates: Sequence[Mapping[str, Any]]) -> str:
-    rounds = [g["rounds"] for g in gates if g.get("rounds") is not None]
+def _after(gates: Sequence[GateRecord]) -> str:
+    rounds = [n for g in gates if (n := g.get("rounds")) is not None]
     if not rounds:
         return ""
     return f" after {_span(rounds, str)} round{'' if max(rounds) == 1 else 's'}"

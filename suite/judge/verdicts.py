@@ -4,13 +4,29 @@ checks share it without importing one another."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from suite.core.records import GateRecord, Verdict
+from suite.core.records import GateRecord, Result, Verdict
 from suite.judge.policy import Gate
 
-Record = dict[str, Any]
+Record = Result  # one round of one cell, as the judge reads it
 FAILED = ("failed", "crashed", "timeout", "oom")
+# The folders the two sides' saved files (outputs, per-function totals) lie in, baseline first;
+# None where a side was not read from a folder.
+Dirs = tuple["Path | None", "Path | None"]
+NO_DIRS: Dirs = (None, None)
+
+
+def failure_message(record: Record) -> str:
+    """What went wrong in the round, as its failure says ("" where it ran)."""
+    failure = record.get("failure")
+    return failure["message"] if failure else ""
+
+
+def failure_mode(record: Record) -> str | None:
+    failure = record.get("failure")
+    return failure["mode"] if failure else None
 
 
 def gate_result(gate: Gate, verdict: Verdict, message: str, **numbers: Any) -> GateRecord:

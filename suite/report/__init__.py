@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from suite.core.errors import InputError
+from suite.core.records import DecisionRecord
 from suite.core.results import atomic_write_json
 from suite.report.chart import write_chart
 from suite.report.junit import render_junit
@@ -34,10 +34,10 @@ __all__ = [
     "write_reports",
 ]
 
-Renderer = Callable[[dict[str, Any]], str]
+Renderer = Callable[[DecisionRecord], str]
 
 
-def render_json(decision: dict[str, Any]) -> str:
+def render_json(decision: DecisionRecord) -> str:
     # Sorted keys: the same record always gives the same bytes, so reports diff cleanly.
     return json.dumps(decision, indent=2, sort_keys=True) + "\n"
 
@@ -64,7 +64,7 @@ def format_summary(name: str) -> str:
     return _RENDERERS[name][1]
 
 
-def render(decision: dict[str, Any], fmt: str) -> str:
+def render(decision: DecisionRecord, fmt: str) -> str:
     """Render the decision record in one of the registered formats."""
     try:
         renderer, _ = _RENDERERS[fmt]
@@ -83,7 +83,7 @@ register_format("json", render_json, "the decision record itself, keys sorted")
 register_format("junit", render_junit, "JUnit XML: a test case per cell and gate, for CI UIs")
 
 
-def write_reports(decision: dict[str, Any], out: Path) -> None:
+def write_reports(decision: DecisionRecord, out: Path) -> None:
     """The files every decision folder gets: the record, its Markdown and JUnit reports and
     the chart."""
     atomic_write_json(out / "decision.json", decision)

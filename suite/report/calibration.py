@@ -5,10 +5,9 @@ Only renders; suite.flows.calibrate works the numbers out.
 
 from __future__ import annotations
 
-from typing import Any
-
 from tabulate import tabulate
 
+from suite.core.records import CalibrationRecord
 from suite.report.escape import plain
 
 NONE = "—"
@@ -19,7 +18,7 @@ def _pct(x: float | None) -> str:
     return f"{x:.1%}" if x is not None else NONE
 
 
-def render_calibration(calibration: dict[str, Any]) -> str:
+def render_calibration(calibration: CalibrationRecord) -> str:
     runner = calibration["runner"]
     design = calibration["design"]
     rounds = calibration["resolvable_rounds"]
@@ -31,7 +30,7 @@ def render_calibration(calibration: dict[str, Any]) -> str:
         f"{', '.join(map(str, design['looks']))}{budget}: {reach}",
         None,
     )
-    grid = []
+    grid: list[list[object]] = []
     for cell in calibration["cells"]:
         if not cell["gates"]:  # no paired timing: say why instead of leaving the cell out
             grid.append([plain(cell["cell_id"], None), *[NONE] * 5, cell["status"]])

@@ -11,8 +11,9 @@ import importlib
 from pathlib import Path
 from typing import Any
 
+from suite.core.records import DecisionRecord
 from suite.report.escape import plain
-from suite.report.table import Decision, gate_of
+from suite.report.table import gate_of
 
 # (gate, side, legend label) for the four bars of each cell, in drawing order.
 _SERIES = (
@@ -31,7 +32,7 @@ def _number(value: Any) -> float | None:
     return float(value)
 
 
-def latency_points(decision: Decision) -> list[tuple[str, list[float | None]]]:
+def latency_points(decision: DecisionRecord) -> list[tuple[str, list[float | None]]]:
     """(cell_id, [baseline p50, candidate p50, baseline p95, candidate p95]) in seconds."""
     points: list[tuple[str, list[float | None]]] = []
     for cell in decision["cells"]:
@@ -49,7 +50,7 @@ def _unit(points: list[tuple[str, list[float | None]]]) -> tuple[float, str]:
     return next(((s, n) for s, n in _UNITS if top >= s), _UNITS[-1])
 
 
-def write_chart(decision: Decision, path: Path) -> bool:
+def write_chart(decision: DecisionRecord, path: Path) -> bool:
     """Write the PNG and return True; False (nothing written) without matplotlib or latencies."""
     try:
         figure_mod = importlib.import_module("matplotlib.figure")

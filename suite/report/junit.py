@@ -7,11 +7,10 @@ carry at all (a crashed worker's stderr can contain any byte).
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from typing import Any
 
+from suite.core.records import Cell, DecisionRecord, GateRecord
 from suite.report.escape import xml_safe
 from suite.report.table import (
-    Decision,
     format_change,
     format_ci,
     format_p,
@@ -23,7 +22,7 @@ FAILED = frozenset({"fail", "new-failure"})
 SKIPPED = frozenset({"inconclusive", "untested", "unsupported", "not-comparable"})
 
 
-def _details(cell: dict[str, Any], gate: dict[str, Any]) -> str:
+def _details(cell: Cell, gate: GateRecord) -> str:
     name, unit = gate["gate"], gate.get("unit")
     lines = [
         f"verdict: {gate['verdict']}",
@@ -47,7 +46,7 @@ def _details(cell: dict[str, Any], gate: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _testcase(suite: ET.Element, cell: dict[str, Any], gate: dict[str, Any]) -> str:
+def _testcase(suite: ET.Element, cell: Cell, gate: GateRecord) -> str:
     """Add one testcase; return its verdict's outcome: 'failure', 'skipped' or 'pass'."""
     case = ET.SubElement(
         suite,
@@ -67,7 +66,7 @@ def _testcase(suite: ET.Element, cell: dict[str, Any], gate: dict[str, Any]) -> 
     return "pass"
 
 
-def render_junit(decision: Decision) -> str:
+def render_junit(decision: DecisionRecord) -> str:
     """A single <testsuite name="torch-matrix">; the decision itself sits in its properties."""
     suite = ET.Element("testsuite", name="torch-matrix")
     properties = ET.SubElement(suite, "properties")

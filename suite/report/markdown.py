@@ -11,10 +11,16 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import quote
 
-from suite.core.records import DECISIONS, UNDECIDED_WHY
+from suite.core.records import (
+    DECISIONS,
+    UNDECIDED_WHY,
+    Cell,
+    DecisionRecord,
+    GateRecord,
+    Repro,
+)
 from suite.report.escape import cap, code_block, code_span, html_text, md
 from suite.report.opdiff import render_op_diff
 from suite.report.table import (
@@ -24,7 +30,6 @@ from suite.report.table import (
     LEGEND,
     NONE,
     VERDICT_ORDER,
-    Decision,
     absent_text,
     badness,
     format_change,
@@ -95,10 +100,11 @@ def _link(text: str, url: str) -> str:
     return f"[{md(text)}]({quote(url, safe=_URL_SAFE)})"
 
 
-def _head(decision: Decision, run_url: str | None = None) -> list[str]:
+def _head(decision: DecisionRecord, run_url: str | None = None) -> list[str]:
     """Line 1 the decision; lines 2 and 3 what was compared, when, and where it ran; then the
     reasons (each naming its rows), warnings and the legend of the tables."""
-    name = (decision.get("matrix") or {}).get("name")
+    matrix = decision.get("matrix")
+    name = matrix["name"] if matrix else None
     title = f"## torch-matrix: **{md(str(decision['decision']).upper())}**"
     if name:
         title += f" · matrix {md(str(name))}"
@@ -129,7 +135,7 @@ def _head(decision: Decision, run_url: str | None = None) -> list[str]:
     return blocks
 
 
-def _lane_tables(decision: Decision) -> list[tuple[str, list[str]]]:
+def _lane_tables(decision: DecisionRecord) -> list[tuple[str, list[str]]]:
     """The lane tables; the first carries the one-line legend above it."""
     gates = gate_names(decision)
     header = "\n".join(
@@ -149,11 +155,11 @@ def _lane_tables(decision: Decision) -> list[tuple[str, list[str]]]:
     return tables
 
 
-def _undecided_only(cell: dict[str, Any]) -> bool:
+def _undecided_only(cell: Cell) -> bool:
     return {g["verdict"] for g in cell["gates"]} & ATTENTION == {"inconclusive"}
 
 
-def _attention_cells(decision: Decision) -> list[dict[str, Any]]:
+def _attention_cells(decision: DecisionRecord) -> list[Cell]:
     """Cells that get a section: a verdict in ATTENTION other than inconclusive alone."""
     cells = [
         c
@@ -161,7 +167,7 @@ def _attention_cells(decision: Decision) -> list[dict[str, Any]]:
         if any(g["verdict"] in ATTENTION for g in c["gates"]) and not _undecided_only(c)
     ]
 
-    def key(cell: dict[str, Any]) -> tuple[bool, int]:
+    def key(cell: Cell) -> tuple[bool, int]:
         top = worst(g["verdict"] for g in cell["gates"])
         return cell["lane"] != "production", badness(top or "")
 
@@ -170,11 +176,11 @@ def _attention_cells(decision: Decision) -> list[dict[str, Any]]:
     return sorted(cells, key=key)
 
 
-def _undecided_tail(gate: dict[str, Any]) -> str:
+def _undecided_tail(gate: GateRecord) -> str:
     """What a reader needs to judge an undecided gate: its spread, rounds and cause."""
     texts = []
-    if gate.get("spread") is not None:
-        texts.append(f"spread {gate['spread'] * 100:.1f}%")
+    if (spread := gate.get("spread")) is not None:
+        texts.append(f"spread {spread * 100:.1f}%")
     if gate.get("rounds") is not None:
         texts.append(f"{gate['rounds']} round{'' if gate['rounds'] == 1 else 's'}")
     why = gate.get("undecided")
@@ -185,7 +191,7 @@ def _undecided_tail(gate: dict[str, Any]) -> str:
     return ", ".join(texts) or cap(gate["message"], _MESSAGE_LIMIT)
 
 
-def _holds(cell: dict[str, Any]) -> str | None:
+def _holds(cell: Cell) -> str | None:
     """The worst decision short of adopt that the cell's inconclusive gates led to, if any."""
     held = [
         g["decision"]
@@ -195,7 +201,7 @@ def _holds(cell: dict[str, Any]) -> str | None:
     return max(held, key=DECISIONS.index) if held else None
 
 
-def _undecided_entry(cell: dict[str, Any]) -> str:
+def _undecided_entry(cell: Cell) -> str:
     # Gates with the same spread, rounds and cause (p50 and throughput come from the same
     # rounds) share one parenthesis.
     groups: dict[str, list[str]] = {}
@@ -208,7 +214,7 @@ def _undecided_entry(cell: dict[str, Any]) -> str:
     return f"- {md(cell['cell_id'])}: {md(text + (f' → {held}' if held else ''))}"
 
 
-def _undecided_block(decision: Decision) -> str | None:
+def _undecided_block(decision: DecisionRecord) -> str | None:
     cells = [c for c in decision["cells"] if _undecided_only(c)]
     if not cells:
         return None
@@ -225,7 +231,7 @@ def _undecided_block(decision: Decision) -> str | None:
     return title + "\n\n" + "\n".join(lines)
 
 
-def _verdict_summary(cell: dict[str, Any]) -> str:
+def _verdict_summary(cell: Cell) -> str:
     groups = []
     for verdict in VERDICT_ORDER:
         names = [g["gate"] for g in cell["gates"] if g["verdict"] == verdict]
@@ -234,7 +240,7 @@ def _verdict_summary(cell: dict[str, Any]) -> str:
     return "; ".join(groups)
 
 
-def _gate_line(gate: dict[str, Any]) -> str:
+def _gate_line(gate: GateRecord) -> str:
     name, unit = gate["gate"], gate.get("unit")
     texts = [
         name,
@@ -250,7 +256,7 @@ def _gate_line(gate: dict[str, Any]) -> str:
     return _table_line(md(text) for text in texts)
 
 
-def _section(cell: dict[str, Any], run_url: str | None = None) -> str:
+def _section(cell: Cell, run_url: str | None = None) -> str:
     # <summary> sits in a raw HTML block, where only HTML escaping works.
     summary = f"{html_text(cell['cell_id'])} — {html_text(_verdict_summary(cell))}"
     status = (
@@ -279,7 +285,7 @@ def _section(cell: dict[str, Any], run_url: str | None = None) -> str:
     return "\n\n".join(parts)
 
 
-def _moved_parts(cell: dict[str, Any]) -> list[str]:
+def _moved_parts(cell: Cell) -> list[str]:
     """The functions whose instructions per step moved most, for an instructions gate that
     failed or improved: why it is slower, not only that it is."""
     parts = []
@@ -316,7 +322,7 @@ def _fetch_line(root: str, run_url: str | None) -> str:
     return f"gh run download {run} -n {root} -D {root} && cd {root}"
 
 
-def _repro_parts(repro: dict[str, Any], run_url: str | None = None) -> list[str]:
+def _repro_parts(repro: Repro, run_url: str | None = None) -> list[str]:
     """How to reproduce a failing cell: the `docker build` lines of images in no registry, the
     candidate's `docker run` line (a status or correctness failure), the `ab` line of both sides
     (a timing or memory regression), else the line for the side's interpreter."""
@@ -402,7 +408,7 @@ def _largest(high: int, fits: Callable[[int], bool]) -> int | None:
 
 
 def render_markdown(
-    decision: Decision,
+    decision: DecisionRecord,
     *,
     max_chars: int | None = None,
     full_report_url: str | None = None,
@@ -417,7 +423,7 @@ def render_markdown(
 
 
 def _fit(
-    decision: Decision,
+    decision: DecisionRecord,
     limit: int | None,
     full_report_url: str | None,
     measure: Callable[[str], int],

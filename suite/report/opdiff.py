@@ -13,8 +13,9 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple, TypedDict
+from typing import Any, NamedTuple
 
+from suite.core.records import OpChange
 from suite.report.escape import md
 
 # The trace categories that become table entries: operators on the CPU, kernels on a device.
@@ -35,18 +36,6 @@ class OpTotals:
     self_us: float
     calls: int
     kind: str
-
-
-class OpChange(TypedDict):
-    """One op's row in the ranking: both sides' self time and calls, and the change."""
-
-    op: str
-    kind: str
-    baseline_us: float
-    candidate_us: float
-    change_us: float
-    baseline_calls: int
-    candidate_calls: int
 
 
 class _Span(NamedTuple):

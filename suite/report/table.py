@@ -12,9 +12,8 @@ from typing import Any
 
 from tabulate import tabulate
 
+from suite.core.records import Cell, DecisionRecord, GateRecord, Row, SideEvidence
 from suite.report.escape import cap, one_line, plain
-
-Decision = dict[str, Any]
 
 GATE_ORDER = (
     "status",
@@ -58,18 +57,18 @@ def badness(verdict: str) -> int:
     return VERDICT_ORDER.index(verdict) if verdict in VERDICT_ORDER else 0
 
 
-def gate_names(decision: Decision) -> list[str]:
+def gate_names(decision: DecisionRecord) -> list[str]:
     """Gate names present in the record: the known ones in a fixed order, then the rest."""
     present = {g["gate"] for cell in decision["cells"] for g in cell["gates"]}
     known = [name for name in GATE_ORDER if name in present]
     return known + sorted(present - set(GATE_ORDER))
 
 
-def cells_of(decision: Decision, row_id: str) -> list[dict[str, Any]]:
+def cells_of(decision: DecisionRecord, row_id: str) -> list[Cell]:
     return [cell for cell in decision["cells"] if cell["row_id"] == row_id]
 
 
-def gate_of(cell: dict[str, Any], name: str) -> dict[str, Any] | None:
+def gate_of(cell: Cell, name: str) -> GateRecord | None:
     return next((g for g in cell["gates"] if g["gate"] == name), None)
 
 
@@ -96,7 +95,7 @@ LEGEND = (
 )
 
 
-def absent_rows(decision: Decision) -> list[dict[str, Any]]:
+def absent_rows(decision: DecisionRecord) -> list[Row]:
     """Rows whose every cell was skipped on both sides: the backend is absent on this runner.
 
     They hold no evidence, only 'untested' in every column, so the tables leave them out and
@@ -113,7 +112,7 @@ def _names(values: Iterable[str]) -> str:
     return ", ".join(cap(one_line(v), _NAME_LIMIT) for v in values)
 
 
-def absent_text(decision: Decision) -> str | None:
+def absent_text(decision: DecisionRecord) -> str | None:
     """Raw text naming the rows of absent_rows, workloads grouped by the backends they miss."""
     rows = absent_rows(decision)
     if not rows:
@@ -145,7 +144,7 @@ def absent_text(decision: Decision) -> str | None:
     )
 
 
-def _skip_reasons(decision: Decision, backends: set[str]) -> dict[str, str]:
+def _skip_reasons(decision: DecisionRecord, backends: set[str]) -> dict[str, str]:
     """Why each backend's cells were skipped: the first skipped cell's status message."""
     found: dict[str, str] = {}
     for cell in decision["cells"]:
@@ -157,7 +156,7 @@ def _skip_reasons(decision: Decision, backends: set[str]) -> dict[str, str]:
     return found
 
 
-def summary_rows(decision: Decision, lane: str, gates: list[str]) -> list[list[str]]:
+def summary_rows(decision: DecisionRecord, lane: str, gates: list[str]) -> list[list[str]]:
     """One raw-text row per row_id of the lane: row, lane, decision, then one cell per gate.
 
     Rows of absent_rows are left out; absent_text names them.
@@ -248,7 +247,7 @@ def format_threshold(threshold: float | None) -> str:
     return NONE if threshold is None else f"{threshold * 100:.3g}%"
 
 
-def side_text(side: dict[str, Any]) -> str:
+def side_text(side: SideEvidence) -> str:
     return f"{side['label']} (torch {side['torch']}, run {side['run_id']})"
 
 
@@ -256,7 +255,7 @@ def _json_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
 
 
-def warnings(decision: Decision) -> list[str]:
+def warnings(decision: DecisionRecord) -> list[str]:
     """Reasons to distrust the comparison itself: policy drift and incomparable sides."""
     out = [
         f"captured under a different policy hash: {m}"
@@ -273,7 +272,7 @@ def warnings(decision: Decision) -> list[str]:
     return out
 
 
-def render_table(decision: Decision) -> str:
+def render_table(decision: DecisionRecord) -> str:
     """Decision, reasons, sides and warnings, one tabulate grid per lane, rows without evidence."""
     lines = [f"torch-matrix decision: {plain(decision['decision']).upper()}"]
     lines += [f"  - {plain(reason)}" for reason in decision["reasons"]]

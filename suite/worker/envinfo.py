@@ -4,50 +4,19 @@ from __future__ import annotations
 
 import os
 import platform
-import re
 import socket
 import sys
 from typing import Any
 
+from suite.core.host import (
+    ENV_PREFIXES,
+    IMAGE_DIGEST_VAR,
+    IMAGE_REF_VAR,
+    cpu_model,
+    memory_total_bytes,
+)
 from suite.core.secrets import redact
 from suite.worker.backends import every_backend
-
-ENV_PREFIXES = (
-    "TORCH",
-    "PYTORCH",
-    "CUDA",
-    "NCCL",
-    "OMP",
-    "MKL",
-    "HIP",
-    "ROCM",
-    "HSA",
-    "KMP",
-    "GLOO",
-    "MALLOC_",
-)
-IMAGE_REF_VAR = "TORCH_MATRIX_IMAGE"
-IMAGE_DIGEST_VAR = "TORCH_MATRIX_IMAGE_DIGEST"
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
-
-
-def memory_total_bytes() -> int | None:
-    try:
-        with open("/proc/meminfo", encoding="ascii") as fh:
-            match = re.search(r"^MemTotal:\s+(\d+) kB", fh.read(), re.MULTILINE)
-    except OSError:
-        return None
-    return int(match.group(1)) * 1024 if match else None
 
 
 def relevant_env() -> dict[str, str]:

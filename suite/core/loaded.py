@@ -1,0 +1,55 @@
+"""A run directory read back: its run record, its results by cell in round order, its counting
+processes, and the folder their files (saved outputs, per-function totals) lie in. What judges
+a run reads it through this type; no record carries where it was read from."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from suite.core.records import Result, RunRecord, SideEvidence
+from suite.core.results import COUNTS_DIR, read_result, read_run_dir
+
+
+@dataclass(frozen=True)
+class LoadedRun:
+    label: str
+    dir: Path
+    run: RunRecord
+    results: dict[str, list[Result]]  # cell id -> records by round
+    counts: dict[str, list[Result]] = field(default_factory=dict)  # counting processes
+
+    @classmethod
+    def load(cls, run_dir: Path, label: str | None = None) -> LoadedRun:
+        run, records = read_run_dir(run_dir)
+        by_cell: dict[str, list[Result]] = defaultdict(list)
+        for record in sorted(records, key=lambda r: r["round"]):
+            by_cell[record["cell_id"]].append(record)
+        counts: dict[str, list[Result]] = defaultdict(list)
+        for path in sorted((run_dir / COUNTS_DIR).glob("*~c[0-9]*.json")):
+            counted = read_result(path)
+            counts[counted["cell_id"]].append(counted)
+        typed = run
+        torch = typed["environment"]["torch"]["version"]
+        label = label or typed.get("label") or f"torch {torch}"
+        return cls(label, run_dir, typed, dict(by_cell), dict(counts))
+
+    @property
+    def rounds(self) -> int:
+        return max((len(v) for v in self.results.values()), default=0)
+
+    def evidence(self) -> SideEvidence:
+        """The side as the decision names it."""
+        env = self.run["environment"]
+        return {
+            "label": self.label,
+            "run_id": self.run["run_id"],
+            "torch": env["torch"]["version"],
+            "git_version": env["torch"].get("git_version"),
+            "dir": str(self.dir),
+            "interpreter": self.run.get("interpreter"),
+            # What prepared the side knew (recipe, suite, tag) over what the worker saw.
+            "image": self.run.get("image") or env.get("image"),
+            "rounds": self.rounds,
+        }
