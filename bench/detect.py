@@ -40,9 +40,9 @@ from pathlib import Path
 from tabulate import tabulate
 
 from suite.core.loaded import LoadedRun
-from suite.core.progress import Progress
 from suite.execute.environment import RunOptions
 from suite.execute.prepared import PreparedSide
+from suite.execute.progress import Progress
 from suite.execute.runner import Run
 from suite.flows.ab import Rounds, count_cells
 from suite.flows.compare import decide

@@ -24,10 +24,10 @@ from pathlib import Path
 from tabulate import tabulate
 
 from suite.core.loaded import LoadedRun
-from suite.core.progress import Progress
 from suite.core.results import disturbed
 from suite.core.spec import CellSpec
 from suite.execute.environment import RunOptions
+from suite.execute.progress import Progress
 from suite.execute.runner import Run
 from suite.flows.ab import Rounds
 from suite.flows.compare import decide

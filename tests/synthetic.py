@@ -12,6 +12,7 @@ from suite.core.backends import backend_names
 from suite.core.results import cell_file, write_result, write_run
 from suite.core.spec import spec_hash
 from suite.core.stats import NOISY_RELATIVE_IQR, noise_grade, summarize
+from suite.judge.sequential import STEADY_STATE_GATES
 
 ENV: dict[str, Any] = {
     "kind": "torch-matrix/environment",
@@ -336,7 +337,7 @@ def _research_cell(policy: Any, workload: str, case: str, backend: str) -> dict[
             ),
             *(
                 _gate_dict(gates[name], "untested", "no steady-state timing on both sides")
-                for name in ("latency_p50", "latency_p95", "throughput")
+                for name in STEADY_STATE_GATES
             ),
             _gate_dict(gates["peak_memory"], "untested", "no peak-memory reading on both sides"),
         ]

@@ -12,10 +12,11 @@ import pytest
 
 from suite.core.validation import validate_file
 from suite.judge.rules import EXIT_CODES
+from suite.judge.sequential import STEADY_STATE_GATES
 from tests.helpers import cli
 
 pytestmark = pytest.mark.slow
-LATENCY = ("latency_p50", "latency_p95", "throughput")
+LATENCY = STEADY_STATE_GATES
 
 
 def _matrix(tmp_path: Path) -> Path:

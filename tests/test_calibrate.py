@@ -28,13 +28,14 @@ from suite.flows.calibrate import (
     write_calibration,
 )
 from suite.judge.policy import Policy, default_policy_text, load_policy
+from suite.judge.sequential import STEADY_STATE_GATES
 from suite.report.calibration import TOO_TIGHT, render_calibration
 from tests.helpers import cli, planted
 from tests.synthetic import ENV, Cell, make_run
 
 # Planted per-round log ratios d (candidate over baseline): sd about 3.4%, mean 0.25%.
 PLANTED = [0.03, -0.02, 0.05, -0.04, 0.01, 0.0, -0.01, 0.0, 0.04, -0.035]
-TIMING = ("latency_p50", "latency_p95", "throughput")
+TIMING = STEADY_STATE_GATES
 
 
 def _policy(tmp_path: Path, *, p50: float | None = None, budget_s: float | None = None) -> Policy:

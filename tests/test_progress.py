@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from suite.core.progress import Progress
+from suite.execute.progress import Progress
 
 
 class Clock:

@@ -148,6 +148,10 @@ def test_a_backend_registered_at_run_time_is_planned_given_devices_and_probed(
 
     assert get("npu").probe().reason == "no NPU here (a test's backend)"
     assert get("npu").name == "npu"
+    from suite.core.spec import countable
+
+    # Not a host backend: its instructions are not the host's to count (the CPU's are).
+    assert not countable("mlp_train", "npu", {}) and countable("mlp_train", "cpu", {})
 
 
 def test_a_backend_and_a_format_registered_at_run_time_get_their_rows_in_the_docs(

@@ -8,9 +8,10 @@ from __future__ import annotations
 import click
 
 from suite import __version__
+from suite.cli.ab import ab, calibrate
 from suite.cli.ci import pins_command, plan_command
 from suite.cli.comment import comment
-from suite.cli.decision import ab, aggregate, calibrate, compare
+from suite.cli.compare import aggregate, compare
 from suite.cli.image import image
 from suite.cli.options import EXIT_CODES
 from suite.cli.repro import repro

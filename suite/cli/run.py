@@ -56,9 +56,9 @@ def run(
     interpreter: str,
 ) -> None:
     """Run a matrix of workloads, each cell in a fresh worker process, and write evidence."""
-    from suite.core.progress import Progress
     from suite.core.results import new_run_id
     from suite.execute.environment import RunOptions
+    from suite.execute.progress import Progress
     from suite.execute.runner import run_matrix
 
     if size_alias is not None:

@@ -47,6 +47,12 @@ class BackendEntry:
     runner_labels: tuple[str, ...]
     planned_by_default: bool = False
     devices: DeviceAccess = DeviceAccess()
+    # The host's own work: its cells run under an address-space limit (a GPU driver's large
+    # reservations break under one) and their instructions can be counted under callgrind.
+    host: bool = False
+    # Ops without a kernel may run on the CPU instead (PYTORCH_ENABLE_MPS_FALLBACK): each cell
+    # records whether one did, and the fallback gate reads it.
+    falls_back: bool = False
     process_group: str = "gloo"  # torch.distributed's backend for its ranks (HIP's is "nccl")
     comms: str = "gloo"  # torchcomms' name for it
     # For the README's table: when it is available, how peak memory is read, what synchronizes,
@@ -107,6 +113,7 @@ register_backend(
         image="images/cpu",
         runner_labels=("self-hosted", "linux", "x64"),
         planned_by_default=True,
+        host=True,
         detected="always",
         memory="RSS above the region's baseline",
         sync="—",
@@ -154,6 +161,7 @@ register_backend(
         runtime=f"{_RUNTIME}:MpsBackend",
         image=None,  # no container has Metal
         runner_labels=("self-hosted", "macOS", "ARM64"),
+        falls_back=True,
         detected="`torch.backends.mps.is_available()` and a kernel that computes",
         memory="`torch.mps.driver_allocated_memory`, sampled",
         sync="`torch.mps.synchronize`",

@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from suite.core.backends import backend_entry
+
 # What a workload parameter may take: a plain JSON scalar.
 ParamValue = str | int | float | bool
 
@@ -102,4 +104,4 @@ COMPILING = frozenset({"compile", "export"})
 def countable(workload: str, backend: str, params: Mapping[str, Any], ranks: int = 1) -> bool:
     """Whether the instructions gate applies to a cell: one CPU rank (a GPU's work is not the
     host's instructions), not a compile or export sweep."""
-    return backend == "cpu" and ranks <= 1 and workload not in COMPILING
+    return backend_entry(backend).host and ranks <= 1 and workload not in COMPILING

@@ -11,6 +11,7 @@ import shlex
 import shutil
 from pathlib import Path
 
+from suite.core.backends import backend_entry
 from suite.core.errors import InputError
 from suite.core.records import Result
 from suite.core.results import (
@@ -169,8 +170,8 @@ def run_cell(
     path.unlink(missing_ok=True)
     log = run_dir / "logs" / (path.stem + ".log")
     timeout = options.timeout_s or spec.timeout_s
-    # Address-space limits break GPU drivers' large reservations; they guard CPU cells only.
-    memory_limit = options.memory_limit_bytes if spec.backend == "cpu" else None
+    # Address-space limits break GPU drivers' large reservations; they guard host cells only.
+    memory_limit = options.memory_limit_bytes if backend_entry(spec.backend).host else None
     argv = worker_argv(options.interpreter, spec, path, run_id, round_no)
     started_at = utc_now()
     # A fresh inductor cache per cell: compile time is measured cold, and no cell warms another.

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from suite.core.errors import EnvironmentProblem
-from suite.core.progress import Progress
 from suite.core.validation import validate
 from suite.execute.launch import Launcher, ProcessExit, Step, read_tail, run_process
+from suite.execute.progress import Progress
 
 PROBE_TIMEOUT_S = 300.0
 

@@ -15,7 +15,6 @@ from typing import Any
 
 from suite import __version__
 from suite.core.errors import EnvironmentProblem, InputError, warn
-from suite.core.progress import Progress
 from suite.core.records import FAILED_STATUSES, Result, RunRecord
 from suite.core.results import (
     DISTURBED_DIR,
@@ -35,6 +34,7 @@ from suite.execute.cell import run_cell, worker_argv
 from suite.execute.environment import RunOptions, probe_environment, suite_commit, worker_env
 from suite.execute.forkclient import ForkServer, fork_launcher_enabled
 from suite.execute.launch import Launcher, Step, run_process
+from suite.execute.progress import Progress
 from suite.workloads import Resolved, file_part
 from suite.workloads.matrix import Matrix, expand
 

@@ -22,13 +22,13 @@ from typing import Any, TypeVar
 
 from suite.core.errors import InputError
 from suite.core.loaded import LoadedRun
-from suite.core.progress import Progress
 from suite.core.records import Cell, DecisionRecord, RollbackRecord
 from suite.core.results import disturbed, read_result, read_run, record_wall_s
 from suite.core.secrets import redact_text
 from suite.core.spec import CellSpec
 from suite.execute.counting import Counter, count_file, countable
 from suite.execute.environment import RunOptions
+from suite.execute.progress import Progress
 from suite.execute.runner import Run
 from suite.execute.sides import PreparedSide
 from suite.flows.compare import decide

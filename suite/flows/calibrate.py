@@ -37,7 +37,7 @@ from suite.judge.policy import Policy
 from suite.judge.sequential import TIMING_GATES, Design, needed_rounds, z_critical
 
 if TYPE_CHECKING:
-    from suite.core.progress import Progress
+    from suite.execute.progress import Progress
     from suite.execute.sides import PreparedSide
     from suite.workloads import Resolved
     from suite.workloads.matrix import Matrix

@@ -148,7 +148,7 @@ def _run_workload(
                 "message": availability.reason or "backend not available",
             }
         else:
-            if spec.backend == "mps":
+            if backend.entry.falls_back:
                 doc["fallback"] = {
                     "enabled": mps_fallback_enabled(),
                     "happened": False,

@@ -1,17 +1,15 @@
-"""The commands that end in a decision: ab runs both sides and decides, compare decides from two
-run directories, aggregate joins the jobs of a fanned-out matrix; and calibrate, which measures
-the runner's noise."""
+"""The commands that run both sides: ab runs the baseline and the candidate and decides;
+calibrate runs one side against itself (an A/A) to measure the runner's noise."""
 
 from __future__ import annotations
 
-import os
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 
 import click
 
 from suite import __version__
+from suite.cli.compare import finish_decision
 from suite.cli.edge import handles_errors
 from suite.cli.options import (
     CALIBRATE_EXIT_CODES,
@@ -28,36 +26,10 @@ from suite.cli.options import (
     warn_below_resolution,
 )
 from suite.core.errors import InputError
-from suite.core.records import DecisionRecord, Source
 from suite.core.secrets import redact_text
 from suite.execute.indexes import Indexes
-from suite.github.outputs import append_summary, step_outputs_on_error
+from suite.github.outputs import step_outputs_on_error
 from suite.report import write_reports
-
-
-def finish_decision(
-    decision: DecisionRecord,
-    fmt: str,
-    *,
-    out: Path | None = None,
-    github_step: bool = False,
-    full_report_url: str | None = None,
-) -> None:
-    from suite.github.outputs import write_github_output
-    from suite.judge.rules import exit_code
-    from suite.report import render
-
-    click.echo(render(decision, fmt))
-    if not github_step:
-        sys.exit(exit_code(decision["decision"]))
-    outputs: dict[str, str] = {"decision": decision["decision"]}
-    if out is not None:
-        outputs["results-path"] = str(out)
-    write_github_output(outputs)
-    summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    if summary:
-        append_summary(decision, Path(summary), full_report_url)
-    sys.exit(0)
 
 
 @click.command(epilog=DECISION_EXIT_CODES)
@@ -148,8 +120,8 @@ def _ab(
     fmt: str,
     github_step: bool,
 ) -> None:
-    from suite.core.progress import Progress
     from suite.core.results import new_run_id
+    from suite.execute.progress import Progress
     from suite.execute.sides import parse, prepare
     from suite.flows.ab import AbOptions, design_for, recorded_sides, run_ab
     from suite.judge.policy import load_policy
@@ -247,9 +219,9 @@ def calibrate(
 ) -> None:
     """Measure this runner's round-to-round noise with an A/A of one torch, and the smallest
     change each timing threshold of the policy can detect here within its looks and budget."""
-    from suite.core.progress import Progress
     from suite.core.records import FAILED_STATUSES
     from suite.core.results import new_run_id
+    from suite.execute.progress import Progress
     from suite.execute.sides import prepare
     from suite.flows.calibrate import CalibrateOptions, check_out, run_calibration
     from suite.judge.policy import load_policy
@@ -280,103 +252,3 @@ def calibrate(
     click.echo(render_calibration(doc), nl=False)
     click.echo(f"calibration: {out}", err=True)
     sys.exit(1 if any(c["status"] in FAILED_STATUSES for c in doc["cells"]) else 0)
-
-
-@click.command(epilog=DECISION_EXIT_CODES)
-@click.argument("baseline_dir", type=click.Path(path_type=Path))
-@click.argument("candidate_dir", type=click.Path(path_type=Path))
-@policy_options
-@format_option
-@click.option(
-    "--out",
-    "out_file",
-    type=click.Path(path_type=Path),
-    help="Also write the report (in --format) to this file.",
-)
-@handles_errors
-def compare(
-    baseline_dir: Path,
-    candidate_dir: Path,
-    policy_file: Path | None,
-    policy_profile: str | None,
-    fmt: str,
-    out_file: Path | None,
-) -> None:
-    """Decide from two existing run directories."""
-    from suite.core.loaded import LoadedRun
-    from suite.flows.compare import decide
-    from suite.judge.policy import load_policy
-    from suite.report import render
-
-    policy = load_policy(policy_file, policy_profile)
-    decision = decide(LoadedRun.load(baseline_dir), LoadedRun.load(candidate_dir), policy)
-    if out_file is not None:
-        out_file.parent.mkdir(parents=True, exist_ok=True)
-        out_file.write_text(render(decision, fmt), encoding="utf-8")
-    finish_decision(decision, fmt)
-
-
-@click.command(epilog=DECISION_EXIT_CODES)
-@click.argument("roots", nargs=-1, required=True, type=click.Path(path_type=Path))
-@policy_options
-@click.option("--note", "notes", multiple=True, help="A line to add to the reasons (repeatable).")
-@click.option(
-    "--out",
-    type=click.Path(path_type=Path),
-    required=True,
-    help="Folder for decision.json, decision.md and junit.xml.",
-)
-@click.option(
-    "--summary",
-    "summary_file",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="Append the Markdown report to this file (a job summary: $GITHUB_STEP_SUMMARY), cut by "
-    "whole rows to keep the file under GitHub's 1 MiB limit.",
-)
-@click.option(
-    "--full-report-url",
-    metavar="URL",
-    help="Where the full report lives (the run's artifacts); linked when --summary cuts rows.",
-)
-@click.option("--base-sha", metavar="SHA", help="The base commit, named in the report's head.")
-@click.option("--head-sha", metavar="SHA", help="The head commit, named in the report's head.")
-@format_option
-@github_step_option
-@handles_errors
-def aggregate(
-    roots: Sequence[Path],
-    policy_file: Path | None,
-    policy_profile: str | None,
-    notes: Sequence[str],
-    out: Path,
-    summary_file: Path | None,
-    full_report_url: str | None,
-    base_sha: str | None,
-    head_sha: str | None,
-    fmt: str,
-    github_step: bool,
-) -> None:
-    """Join the results of many ab jobs (baseline/ beside candidate/) into one decision."""
-    from suite.flows.aggregate import aggregate as join
-    from suite.flows.aggregate import job_dirs
-    from suite.judge.policy import load_policy
-
-    with step_outputs_on_error(github_step, out):
-        policy = load_policy(policy_file, policy_profile)
-        decision = join(job_dirs(roots), policy, notes=notes)
-        source: Source = {}  # what the report's first lines name: commits and run
-        if base_sha:
-            source["base_sha"] = base_sha
-        if head_sha:
-            source["head_sha"] = head_sha
-        if full_report_url:
-            source["run_url"] = full_report_url
-        if source:
-            decision["source"] = source
-        out.mkdir(parents=True, exist_ok=True)
-        write_reports(decision, out)
-        if summary_file is not None:
-            append_summary(decision, summary_file, full_report_url)
-        finish_decision(
-            decision, fmt, out=out, github_step=github_step, full_report_url=full_report_url
-        )
