@@ -23,11 +23,12 @@ _USERINFO = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*://)([^/@\s'\"]+)@")
 SECRET_NAME = re.compile(
     r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL|AUTH|(?:^|_)PW(?:_|$)", re.IGNORECASE
 )
-# key=value (or key: value) inside a value, whose key says it is a secret: a DSN's password=.
-_SECRET_PAIR = re.compile(
-    r"(?i)\b((?:password|passwd|pwd|secret|token|api[_-]?key|access[_-]?key)\s*[=:]\s*)"
-    r"(\"[^\"]*\"|'[^']*'|[^\s;&,]+)"
-)
+# key=value (or key: value) inside a value: a DSN's password=, or the NAME=VALUE lines of a
+# secret that sets an index's variables (INDEX_TOKEN=...). The key is judged by the name rule
+# above, so a value hides what a variable of that name would.
+_PAIR = re.compile(r"(?<![\w.-])(-*[A-Za-z_][\w.-]*)(\s*[=:]\s*)(\"[^\"]*\"|'[^']*'|[^\s;&,]+)")
+# Keys that are secret in a value though no variable is named so: a DSN's pwd=.
+_SECRET_KEYS = frozenset({"pwd", "pass"})
 # The shapes of common tokens, whatever variable holds them.
 _TOKEN_SHAPE = re.compile(
     r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|xox[abprs]-[A-Za-z0-9-]{10,}"
@@ -40,11 +41,18 @@ def is_secret(name: str) -> bool:
     return SECRET_NAME.search(name) is not None
 
 
+def _mask_pair(match: re.Match[str]) -> str:
+    key, separator, _ = match.groups()
+    if is_secret(key) or key.lstrip("-").lower() in _SECRET_KEYS:
+        return f"{key}{separator}{MASK}"
+    return match[0]
+
+
 def mask_value(value: str) -> str:
     """The value with every credential in it masked: URL userinfo, secret key=value pairs and
     token shapes; what is not secret (a host, a path) stays, as evidence."""
     masked = redact_text(value)
-    masked = _SECRET_PAIR.sub(lambda m: f"{m[1]}{MASK}", masked)
+    masked = _PAIR.sub(_mask_pair, masked)
     return _TOKEN_SHAPE.sub(MASK, masked)
 
 
