@@ -427,7 +427,9 @@ def test_a_run_that_decided_nothing_leaves_the_comment_workflow_green(
     tmp_path: Path, published: tuple[Path, str]
 ) -> None:
     """A pull request with no torch change uploads no decision: the comment workflow says so and
-    ends green, posting nothing, instead of failing on an artifact that is not there."""
+    ends green, posting nothing, instead of failing on an artifact that is not there. The pull
+    request's comment from an earlier head says, as the newer run starts, that it is in
+    progress, and once it ended, that it decided nothing."""
     index = _needs_act()
     subprocess.run(
         [sys.executable, "-m", "venv", "--system-site-packages", str(tmp_path / "venv")], check=True
@@ -439,21 +441,43 @@ def test_a_run_that_decided_nothing_leaves_the_comment_workflow_green(
     run["workflow_run"]["event"] = "pull_request"
     run["workflow_run"]["name"] = "torch-matrix PR"
     number = run["workflow_run"]["pull_requests"][0]["number"]
-    payload = tmp_path / "workflow_run.json"
-    payload.write_text(json.dumps(run))
+    head = run["workflow_run"]["head_sha"]
+    earlier = (  # the comment of an earlier head's run, by the workflow's own account
+        "<!-- torch-matrix:sticky name=pr-check -->\n"
+        f"<!-- torch-matrix:run-started-at=2020-10-01T00:00:00Z head={'e' * 40} -->\n"
+        "## torch-matrix: **ADOPT** · matrix pr\\-check\n"
+    )
     env = {
         "TORCH_MATRIX_LOCAL_ARTIFACTS": str(artifacts),
         "PATH": f"{tmp_path / 'venv' / 'bin'}{os.pathsep}{os.environ['PATH']}",
     }
+    bodies, logs = [], []
     with FakeGitHub(TOKEN, installation=True) as server:
         env["GITHUB_API_URL"] = server.base_url
-        code = _act(repo, "workflow_run", payload, env, tmp_path / "act-comment.log", published)
-        posted = server.comments(OWNER_REPO, number)
-    log = (tmp_path / "act-comment.log").read_text()
-    assert code == 0, log[-6000:]
-    assert "no decision in the run" in log, log[-6000:]
-    assert f"torch-matrix {PUBLISHED} at {published[1]}" in log and LATER not in log
-    assert posted == []
+        server.add_comment(OWNER_REPO, number, earlier, server.viewer)
+        for action in ("requested", "completed"):
+            run["action"] = action
+            payload = tmp_path / f"workflow_run-{action}.json"
+            payload.write_text(json.dumps(run))
+            log = tmp_path / f"act-comment-{action}.log"
+            code = _act(repo, "workflow_run", payload, env, log, published)
+            logs.append(log.read_text())
+            assert code == 0, logs[-1][-6000:]
+            (posted,) = server.comments(OWNER_REPO, number)  # marked, never a second comment
+            bodies.append(posted["body"])
+        assert server.schema_errors == []
+    running, ended = (b.split("\n")[2] for b in bodies)
+    assert running.startswith("<!-- torch-matrix:banner state=running ") and head in running
+    assert f"A run for head `{head[:10]}` is in progress" in bodies[0]
+    assert f"The run for head `{head[:10]}` decided nothing for this matrix" in bodies[1]
+    assert "in progress" not in bodies[1] and ended.startswith(
+        "<!-- torch-matrix:banner state=ended"
+    )
+    assert bodies[1].endswith(earlier.split("\n", 2)[2])  # the earlier decision, kept below
+    assert "no decision in the run" in logs[1], logs[1][-6000:]
+    for text in logs:
+        assert f"torch-matrix {PUBLISHED} at {published[1]}" in text and LATER not in text
+        assert TOKEN not in text
 
 
 def _code_blocks(markdown: str) -> list[str]:

@@ -45,7 +45,9 @@ def test_every_artifact_of_a_run_carries_its_matrix_name() -> None:
     comment = yaml.safe_load((WORKFLOW.parent / "torch-matrix-comment.yml").read_text())
     posts = {s.get("name"): s for s in comment["jobs"]["comment"]["steps"]}
     assert posts["Download the decision artifacts"]["with"]["pattern"] == "torch-matrix-comment~*"
-    post = posts["Post or update the sticky comment of each matrix"]["run"]
+    post = posts[
+        "Post or update the sticky comment of each matrix, or mark the earlier heads' ones"
+    ]["run"]
     assert '--name "$name"' in post and "exit 0" in post
 
 

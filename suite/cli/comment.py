@@ -1,4 +1,5 @@
-"""The `torch-matrix comment` command: post a decision record as the sticky PR comment."""
+"""The `torch-matrix comment` command: post a decision record as the sticky PR comment, or
+mark the comments of earlier heads while a run is under way or after it decided nothing."""
 
 from __future__ import annotations
 
@@ -12,12 +13,14 @@ import click
 from suite.cli.edge import handles_errors
 from suite.core.errors import InputError
 from suite.core.records import DecisionRecord
+from suite.github.banner import STATES
 from suite.report.escape import plain
 
 EXIT_CODES = """\b
 Exit codes:
   0  the comment was created, updated, already current, or left to a newer run
-  2  invalid input: decision file, --repo, --pr, --full-report-url, or no token
+  2  invalid input: decision file, --repo, --pr, --full-report-url, --run-state and its
+     options, or no token
   3  GitHub refused or could not be reached (the message carries GitHub's reason)"""
 
 _RUN_ID_TIME = re.compile(r"(\d{4})(\d{2})(\d{2})T(\d{2})(\d{2})(\d{2})Z-")
@@ -39,13 +42,16 @@ def default_started_at(decision: DecisionRecord) -> str:
 
 
 def _post(
-    decision_file: Path,
+    decision_file: Path | None,
     repo: str,
     pr_text: str,
     name: str | None,
     full_report_url: str | None,
     run_started_at: str | None,
     token_env: str,
+    run_state: str | None,
+    head_sha: str | None,
+    conclusion: str | None,
 ) -> None:
     from suite.core.validation import load_document, validate_file
     from suite.github.client import GitHubClient
@@ -58,6 +64,12 @@ def _post(
             f"--full-report-url must be an http(s) URL, got {full_report_url!r}",
             option="--full-report-url",
         )
+    if (decision_file is None) == (run_state is None):
+        raise InputError("give --decision, or --run-state, not both", option="--decision")
+    if run_state is not None:
+        _mark(repo, pr, run_state, run_started_at, head_sha, full_report_url, conclusion, token_env)
+        return
+    assert decision_file is not None
     validate_file(decision_file, "torch-matrix/decision")
     decision = load_document(decision_file)
     matrix = decision.get("matrix") or {}
@@ -74,11 +86,38 @@ def _post(
         click.echo(f"deleted duplicate comments: {', '.join(map(str, outcome.deleted))}")
 
 
+def _mark(
+    repo: str,
+    pr: int,
+    state: str,
+    started_at: str | None,
+    head_sha: str | None,
+    url: str | None,
+    conclusion: str | None,
+    token_env: str,
+) -> None:
+    from suite.github.banner import HeadRun, mark_comments
+    from suite.github.client import GitHubClient
+
+    for option, value in (
+        ("--run-started-at", started_at), ("--head-sha", head_sha), ("--full-report-url", url)
+    ):  # fmt: skip
+        if not value:
+            raise InputError(f"--run-state needs {option}: the run it speaks of", option=option)
+    assert started_at and head_sha and url
+    run = HeadRun(started_at, head_sha, url, conclusion or None)
+    client = GitHubClient(token_env=token_env)
+    marks = mark_comments(client, repo, pr, "running" if state == "running" else "ended", run)
+    if not marks:
+        click.echo("no comment of an earlier head to mark")
+    for mark in marks:
+        click.echo(f"comment {mark.change}: {plain(mark.url)} ({plain(mark.why)})")
+
+
 @click.command(epilog=EXIT_CODES)
 @click.option(
     "--decision",
     "decision_file",
-    required=True,
     type=click.Path(path_type=Path),
     help="decision.json written by compare or ab.",
 )
@@ -98,6 +137,19 @@ def _post(
     "Default: the start of the later side's run, from its run id.",
 )
 @click.option(
+    "--run-state",
+    type=click.Choice(STATES),
+    help="Instead of a decision: mark each sticky comment of an earlier head with this run "
+    "(--run-started-at, --head-sha, --full-report-url: its link), 'running' as it starts, "
+    "'ended' when it decided nothing for that comment's matrix.",
+)
+@click.option("--head-sha", metavar="SHA", help="With --run-state: the head commit of the run.")
+@click.option(
+    "--conclusion",
+    metavar="WORD",
+    help="With --run-state ended: how the run ended (success, failure, cancelled, ...).",
+)
+@click.option(
     "--token-env",
     default="GITHUB_TOKEN",
     show_default=True,
@@ -105,5 +157,6 @@ def _post(
     help="Environment variable holding the token. GITHUB_API_URL sets the API (GHES).",
 )
 def comment(**options: Any) -> None:
-    """Create or update the sticky pull-request comment with the decision report."""
+    """Create or update the sticky pull-request comment with the decision report, or mark
+    the comments of earlier heads while a newer run is under way (--run-state)."""
     handles_errors(_post)(**options)  # the options, by name, are _post's parameters

@@ -2,8 +2,10 @@
 
 One comment per matrix name and PR. It is found by a hidden marker on its first line and
 by its author, which must be the token's own account: a marker copied into someone else's
-comment is never edited or deleted. The second line stamps the run's start time so that a
-run that finishes late never replaces the report of a run that started after it.
+comment is never edited or deleted. The second line stamps the run's start time (and the head
+it decided) so that a run that finishes late never replaces the report of a run that started
+after it. While a newer head's run is under way, a banner says so above the report
+(suite/github/banner.py).
 
 How the token's own account is found:
   1. GET /user gives the login (personal access tokens, fine-grained tokens, app user tokens).
@@ -32,7 +34,8 @@ DEFAULT_LIMIT = 65000
 _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 _REPO = re.compile(r"([A-Za-z0-9_.-]{1,100})/([A-Za-z0-9_.-]{1,100})")
 _PR = re.compile(r"#?([1-9][0-9]{0,9})")
-_STAMP = re.compile(r"<!-- torch-matrix:run-started-at=(\S+) -->")
+STICKY_PREFIX = "<!-- torch-matrix:sticky "
+_STAMP = re.compile(r"<!-- torch-matrix:run-started-at=(\S+?)(?: head=([0-9A-Fa-f]{7,64}))? -->")
 
 Action = Literal["created", "updated", "unchanged", "skipped-newer"]
 
@@ -68,7 +71,7 @@ def marker(name: str) -> str:
     return f"<!-- torch-matrix:sticky name={safe or 'default'} -->"
 
 
-def _parse_time(text: str) -> dt.datetime | None:
+def parse_time(text: str) -> dt.datetime | None:
     try:
         # Python 3.10's fromisoformat does not read a trailing "Z".
         when = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
@@ -78,7 +81,7 @@ def _parse_time(text: str) -> dt.datetime | None:
 
 
 def _required_time(text: str) -> dt.datetime:
-    when = _parse_time(text)
+    when = parse_time(text)
     if when is None:
         raise InputError(
             f"run start time must be ISO 8601 with a time zone, e.g. 2026-11-30T10:00:00Z, "
@@ -95,25 +98,53 @@ def normalize_time(text: str) -> str:
     return when.replace(tzinfo=None).isoformat(timespec=spec) + "Z"
 
 
-def stamp(run_started_at: str) -> str:
-    """The hidden second line that records when the posting run started."""
-    return f"<!-- torch-matrix:run-started-at={normalize_time(run_started_at)} -->"
+def stamp(run_started_at: str, head_sha: str | None = None) -> str:
+    """The hidden second line that records when the posting run started, and its head."""
+    head = f" head={head_sha}" if head_sha and _HEAD.fullmatch(head_sha) else ""
+    return f"<!-- torch-matrix:run-started-at={normalize_time(run_started_at)}{head} -->"
 
 
-def header(name: str, run_started_at: str) -> str:
-    return f"{marker(name)}\n{stamp(run_started_at)}\n"
+_HEAD = re.compile(r"[0-9A-Fa-f]{7,64}")
+
+
+def header(name: str, run_started_at: str, head_sha: str | None = None) -> str:
+    return f"{marker(name)}\n{stamp(run_started_at, head_sha)}\n"
 
 
 def _lines(body: str) -> list[str]:
     return body.replace("\r\n", "\n").split("\n")
 
 
-def with_header(body: str, *, name: str, run_started_at: str) -> str:
-    """body behind this matrix's marker and stamp, replacing a header it already has."""
+@dataclass(frozen=True)
+class Shown:
+    """A sticky comment read back: its header lines, the run and head its stamp names (None
+    where it has none), and the lines after the header."""
+
+    header: list[str]
+    started_at: dt.datetime | None
+    head: str | None
+    report: list[str]
+
+    @property
+    def text(self) -> str:
+        return "\n".join([*self.header, *self.report])
+
+
+def shown(body: str) -> Shown:
     lines = _lines(body)
-    if lines[0].startswith("<!-- torch-matrix:sticky "):
-        lines = lines[2:] if len(lines) > 1 and _STAMP.fullmatch(lines[1]) else lines[1:]
-    return header(name, run_started_at) + "\n".join(lines)
+    if not lines[0].startswith(STICKY_PREFIX):
+        return Shown([], None, None, lines)
+    found = _STAMP.fullmatch(lines[1]) if len(lines) > 1 else None
+    if found is None:
+        return Shown(lines[:1], None, None, lines[1:])
+    return Shown(lines[:2], parse_time(found[1]), found[2], lines[2:])
+
+
+def with_header(body: str, *, name: str, run_started_at: str) -> str:
+    """body behind this matrix's marker and stamp, replacing a header it already has (the head
+    its stamp names is kept)."""
+    was = shown(body)
+    return header(name, run_started_at, was.head) + "\n".join(was.report)
 
 
 def comment_body(
@@ -125,7 +156,7 @@ def comment_body(
     limit: int = DEFAULT_LIMIT,
 ) -> str:
     """The report with markers, at most limit characters (GitHub refuses over 65,536)."""
-    head = header(name, run_started_at)
+    head = header(name, run_started_at, (decision.get("source") or {}).get("head_sha"))
     room = limit - len(head)
     if room <= 0:
         raise ValueError(f"limit {limit} leaves no room for the report after the markers")
@@ -167,9 +198,7 @@ def own_author(client: GitHubClient) -> Author:
 
 
 def _started(comment: dict[str, Any]) -> dt.datetime | None:
-    lines = _lines(str(comment.get("body") or ""))
-    found = _STAMP.fullmatch(lines[1]) if len(lines) > 1 else None
-    return _parse_time(found[1]) if found else None
+    return shown(str(comment.get("body") or "")).started_at
 
 
 def upsert_comment(
