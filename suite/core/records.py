@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import Any, Literal, TypedDict, get_args
 
+from suite.core.stats import Summary
+
 Status = Literal["ok", "failed", "crashed", "timeout", "oom", "unsupported", "skipped"]
 CellState = Literal[
     "pending", "ok", "failed", "crashed", "timeout", "oom", "unsupported", "skipped"
@@ -106,6 +108,38 @@ class Moved(TypedDict):
     change: int
 
 
+class Disturbance(TypedDict):
+    """What else ran on the worker's CPUs while it was timed (suite/worker/measure.py)."""
+
+    other_cpus: float | None
+    own_cpus: float | None
+    spare_cpus: int | None
+    disturbed: bool | None
+
+
+class TimingRecord(TypedDict, total=False):
+    """A worker's timed steady state. samples_s is the measurement; summary is a copy of its
+    statistics for a reader of the file, never read back: every figure the suite judges is
+    derived from samples_s on demand (suite/core/stats.py, timing_of)."""
+
+    cold_start_s: float | None
+    compile_s: float | None
+    warmup_s: float | None
+    warmup_iters: int
+    samples_s: list[float]
+    calls_per_sample: int
+    summary: Summary
+    disturbance: Disturbance | None
+
+
+class ThroughputRecord(TypedDict):
+    """Items per step; the rate is derived from the samples (suite/core/stats.py)."""
+
+    unit: str
+    items_per_iter: float
+    value: float  # items/s at the median step, a copy for readers
+
+
 class Result(TypedDict, total=False):
     """One round of one cell, as its worker (or the parent, for a worker that left none) wrote
     it. The keys of result.schema.json's `required` are always there."""
@@ -124,9 +158,9 @@ class Result(TypedDict, total=False):
     wall_s: float
     torch: dict[str, Any] | None
     source: dict[str, Any] | None
-    timing: dict[str, Any] | None
+    timing: TimingRecord | None
     noise: dict[str, Any] | None
-    throughput: dict[str, Any] | None
+    throughput: ThroughputRecord | None
     memory: dict[str, Any] | None
     correctness: Correctness | None
     metrics: dict[str, Any]

@@ -1,13 +1,18 @@
 """Summary statistics derived from raw samples.
 
-The one place p50, p95, IQR and throughput come from.
+The one place p50, p95, IQR and throughput come from. A record keeps its raw samples; as
+torch.utils.benchmark's Measurement does, its statistics are derived from them when asked
+(timing_of, throughput_of), so no figure can disagree with the samples it claims to summarize.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import TypedDict
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypedDict
+
+if TYPE_CHECKING:
+    from suite.core.records import Result
 
 # A cell whose steady-state samples spread wider than this (IQR / median) grades itself noisy.
 NOISY_RELATIVE_IQR = 0.10
@@ -64,3 +69,21 @@ def throughput(items_per_iter: float, p50_seconds: float) -> float:
     if p50_seconds <= 0:
         return 0.0
     return items_per_iter / p50_seconds
+
+
+def timing_of(record: Result | Mapping[str, Any]) -> Summary | None:
+    """The statistics of a record's steady-state samples, derived from them; None for a record
+    that timed nothing."""
+    timing = record.get("timing")
+    samples = timing.get("samples_s") if timing else None
+    return summarize(samples) if samples else None
+
+
+def throughput_of(record: Result | Mapping[str, Any]) -> float | None:
+    """Items per second at the record's median step, derived from its samples; None for a
+    workload that counts no items or a record that timed nothing."""
+    rate = record.get("throughput")
+    summary = timing_of(record)
+    if not rate or not rate.get("items_per_iter") or summary is None:
+        return None
+    return throughput(float(rate["items_per_iter"]), summary["p50"])

@@ -14,6 +14,7 @@ from typing import cast
 from suite.core import accuracy
 from suite.core.records import AccuracyCheck, GateRecord, Verdict
 from suite.core.results import disturbed
+from suite.core.stats import throughput_of, timing_of
 from suite.judge import sequential
 from suite.judge.policy import Gate
 from suite.judge.sequential import Design
@@ -160,12 +161,12 @@ def _round_value(record: Record, gate: str) -> float | None:
         metric = (record.get("metrics") or {}).get("compile_cold_s") or {}
         value = metric.get("value")
         return float(value) if isinstance(value, (int, float)) and value > 0 else None
-    summary = (record.get("timing") or {}).get("summary")
-    if not summary:
-        return None
     if gate == "throughput":
-        tp = record.get("throughput") or {}
-        return float(tp["value"]) if tp.get("value") else None
+        rate = throughput_of(record)
+        return rate if rate else None
+    summary = timing_of(record)  # from the raw samples, never the summary copied beside them
+    if summary is None:
+        return None
     value = summary["p95" if gate == "latency_p95" else "p50"]
     return float(value) if value > 0 else None
 
@@ -219,7 +220,7 @@ def _low_samples(records: Sequence[Record]) -> int:
 
 
 def _relative_iqr(records: Sequence[Record]) -> float | None:
-    values = [noise["relative_iqr"] for r in records if (noise := r.get("noise")) and _ok(r)]
+    values = [s["relative_iqr"] for r in records if _ok(r) and (s := timing_of(r)) is not None]
     return statistics.median(values) if values else None
 
 

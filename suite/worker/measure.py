@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from suite.core.records import Disturbance, TimingRecord
+
 Clock = Callable[[], int]  # monotonic nanoseconds
 
 
@@ -57,7 +59,7 @@ def cpu_reading() -> CpuReading | None:
 
 def disturbance(
     before: CpuReading | None, after: CpuReading | None, wall_s: float, threads: int
-) -> dict[str, Any]:
+) -> Disturbance:
     """What else ran on this worker's CPUs while it was timed: other processes' CPUs on
     average (busy minus own, over the wall time), and whether that exceeds what the worker's
     threads leave spare by more than DISTURBED_CPUS. Unmeasured (None) is never disturbed."""
@@ -125,9 +127,9 @@ class Timing:
     samples_s: list[float] = field(default_factory=list)
     timed_s: float = 0.0
     calls_per_sample: int = 1
-    disturbance: dict[str, Any] | None = None
+    disturbance: Disturbance | None = None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> TimingRecord:
         from suite.core.stats import summarize
 
         return {
@@ -137,7 +139,7 @@ class Timing:
             "warmup_iters": self.warmup_iters,
             "samples_s": self.samples_s,
             "calls_per_sample": self.calls_per_sample,
-            "summary": dict(summarize(self.samples_s)),
+            "summary": summarize(self.samples_s),
             "disturbance": self.disturbance,
         }
 

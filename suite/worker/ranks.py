@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from suite.core.results import atomic_write_json
+from suite.core.stats import timing_of
 from suite.worker.backends import Backend
 
 
@@ -34,13 +35,13 @@ def init_distributed(backend: Backend) -> None:
 
 
 def rank_part(doc: dict[str, Any], metrics: dict[str, Any], rank: int) -> dict[str, Any]:
-    timing = doc.get("timing") or {}
+    summary = timing_of(doc)
     return {
         "rank": rank,
         "status": doc["status"],
         "failure": (doc.get("failure") or {}).get("message"),
         "mode": (doc.get("failure") or {}).get("mode"),
-        "p50_s": (timing.get("summary") or {}).get("p50"),
+        "p50_s": summary["p50"] if summary else None,
         "peak_bytes": (doc.get("memory") or {}).get("peak_bytes"),
         "metrics": metrics,
     }
