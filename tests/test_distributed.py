@@ -61,3 +61,20 @@ def test_rank_exception_ends_the_cell_with_its_own_failure(dist_run: tuple[int, 
     # The failing rank's own exception ends the cell, not the process group's timeout.
     assert "rank 1 failed: planted: rank 1 gives up" in doc["failure"]["message"]
     assert "timed out" not in doc["failure"]["message"]
+
+
+def test_a_part_left_half_written_by_a_killed_rank_is_removed(tmp_path: Path) -> None:
+    """torchrun kills the other ranks when one dies: a rank killed inside atomic_write_json
+    leaves its temporary file, which the parent removes with the parts it read."""
+    from suite.core.results import atomic_write_json
+    from suite.execute.cell import _rank_failures
+    from suite.worker.ranks import rank_part_path
+
+    result = tmp_path / "cells" / "rank_crash@cpu.json"
+    part = {"rank": 1, "status": "failed", "failure": "boom", "mode": "exception"}
+    atomic_write_json(rank_part_path(result, 1), part)
+    half = result.parent / f".{rank_part_path(result, 0).name}.k1ll3d.tmp"  # mkstemp's shape
+    half.write_text('{"rank": 0, "sta')
+    said, status, mode = _rank_failures(result)
+    assert (said, status, mode) == ("rank 1 failed: boom", "failed", "exception")
+    assert list(result.parent.iterdir()) == []

@@ -127,6 +127,10 @@ def _rank_failures(result: Path) -> tuple[str, str | None, str | None]:
             said.append(f"rank {data.get('rank')} {data.get('status')}: {data.get('failure')}")
             if status is None:
                 status, mode = data.get("status"), data.get("mode")
+    # A rank killed while it wrote its part (torchrun ends the others when one dies) leaves
+    # the temporary file of atomic_write_json: half a part, nothing to read or keep.
+    for partial in result.parent.glob(f"..{result.name}.rank*.json.*.tmp"):
+        partial.unlink(missing_ok=True)
     return "; ".join(said), status, mode
 
 
