@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypedDict
-
-if TYPE_CHECKING:
-    from suite.core.records import Result
+from typing import Any, TypedDict
 
 # A cell whose steady-state samples spread wider than this (IQR / median) grades itself noisy.
 NOISY_RELATIVE_IQR = 0.10
@@ -71,15 +68,16 @@ def throughput(items_per_iter: float, p50_seconds: float) -> float:
     return items_per_iter / p50_seconds
 
 
-def timing_of(record: Result | Mapping[str, Any]) -> Summary | None:
-    """The statistics of a record's steady-state samples, derived from them; None for a record
-    that timed nothing."""
+def timing_of(record: Mapping[str, Any]) -> Summary | None:
+    """The statistics of a result record's steady-state samples (core.records.Result, which
+    this module cannot import: records reads Summary from here), derived from them; None for a
+    record that timed nothing."""
     timing = record.get("timing")
     samples = timing.get("samples_s") if timing else None
     return summarize(samples) if samples else None
 
 
-def throughput_of(record: Result | Mapping[str, Any]) -> float | None:
+def throughput_of(record: Mapping[str, Any]) -> float | None:
     """Items per second at the record's median step, derived from its samples; None for a
     workload that counts no items or a record that timed nothing."""
     rate = record.get("throughput")
