@@ -90,9 +90,6 @@ class Page(HTMLParser):
         elif not self._pre:
             self.spans[-1] += data
 
-    def handle_comment(self, data: str) -> None:
-        pass  # GitHub hides comments: the sticky marker
-
 
 def read(markdown: str) -> Page:
     page = Page()
