@@ -24,6 +24,7 @@ from typing import Any, Literal
 from suite.core.errors import InputError
 from suite.github.client import GitHubClient
 from suite.github.comment import (
+    COMMIT_SHA,
     STICKY_PREFIX,
     Author,
     Shown,
@@ -41,7 +42,6 @@ STATES: tuple[State, ...] = ("running", "ended")
 _BANNER = re.compile(
     r"<!-- torch-matrix:banner state=(running|ended) run-started-at=(\S+)(?: head=(\w+))? -->"
 )
-_SHA = re.compile(r"[0-9a-fA-F]{7,64}")
 
 Change = Literal["marked", "unchanged", "left"]
 
@@ -57,7 +57,7 @@ class HeadRun:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "started_at", normalize_time(self.started_at))
-        if not _SHA.fullmatch(self.head_sha):
+        if not COMMIT_SHA.fullmatch(self.head_sha):
             raise InputError(f"head must be a commit SHA, got {self.head_sha!r}", path="head_sha")
 
 

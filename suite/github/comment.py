@@ -35,6 +35,7 @@ _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 _REPO = re.compile(r"([A-Za-z0-9_.-]{1,100})/([A-Za-z0-9_.-]{1,100})")
 _PR = re.compile(r"#?([1-9][0-9]{0,9})")
 STICKY_PREFIX = "<!-- torch-matrix:sticky "
+COMMIT_SHA = re.compile(r"[0-9A-Fa-f]{7,64}")  # whole or abbreviated
 _STAMP = re.compile(r"<!-- torch-matrix:run-started-at=(\S+?)(?: head=([0-9A-Fa-f]{7,64}))? -->")
 
 Action = Literal["created", "updated", "unchanged", "skipped-newer"]
@@ -68,7 +69,7 @@ class Author:
 def marker(name: str) -> str:
     """The hidden first line that identifies this matrix's comment."""
     safe = re.sub(r"-{2,}", "-", _NAME_UNSAFE.sub("-", name)).strip("-.")[:100]
-    return f"<!-- torch-matrix:sticky name={safe or 'default'} -->"
+    return f"{STICKY_PREFIX}name={safe or 'default'} -->"
 
 
 def parse_time(text: str) -> dt.datetime | None:
@@ -100,11 +101,8 @@ def normalize_time(text: str) -> str:
 
 def stamp(run_started_at: str, head_sha: str | None = None) -> str:
     """The hidden second line that records when the posting run started, and its head."""
-    head = f" head={head_sha}" if head_sha and _HEAD.fullmatch(head_sha) else ""
+    head = f" head={head_sha}" if head_sha and COMMIT_SHA.fullmatch(head_sha) else ""
     return f"<!-- torch-matrix:run-started-at={normalize_time(run_started_at)}{head} -->"
-
-
-_HEAD = re.compile(r"[0-9A-Fa-f]{7,64}")
 
 
 def header(name: str, run_started_at: str, head_sha: str | None = None) -> str:
