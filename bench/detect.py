@@ -44,8 +44,9 @@ from suite.execute.environment import RunOptions
 from suite.execute.prepared import PreparedSide
 from suite.execute.progress import Progress
 from suite.execute.runner import Run
-from suite.flows.ab import Rounds, count_cells
 from suite.flows.compare import decide
+from suite.flows.counts import count_cells
+from suite.flows.rounds import Rounds
 from suite.judge.policy import Gate, Policy, load_policy
 from suite.judge.sequential import TIMING_GATES
 from suite.workloads.matrix import Entry, Matrix, expand

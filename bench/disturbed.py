@@ -29,8 +29,8 @@ from suite.core.spec import CellSpec
 from suite.execute.environment import RunOptions
 from suite.execute.progress import Progress
 from suite.execute.runner import Run
-from suite.flows.ab import Rounds
 from suite.flows.compare import decide
+from suite.flows.rounds import Rounds
 from suite.judge.policy import load_policy
 from suite.workloads.matrix import Entry, Matrix, expand
 

@@ -1,5 +1,5 @@
 """What an A/B runs before its rounds: the two sides' counting at once, and the rollback checks
-on the thread the side done first leaves (suite/flows/ab.py side_by_side)."""
+on the thread the side done first leaves (suite/flows/counts.py side_by_side)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from suite.flows.ab import side_by_side
+from suite.flows.counts import side_by_side
 
 # A liveness bound, not a measurement: a task waits this long for what should come at once.
 PATIENCE_S = 120.0

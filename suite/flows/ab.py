@@ -5,46 +5,43 @@ each round, so that drift of the machine (thermal, background load) hits both si
 Rounds come look by look (suite.judge.sequential): at each look, cells whose timing gates all
 decided stop, the rest get more rounds, until the last look or the time budget. A killed A/B
 resumes from its records: whole rounds are kept, a half-finished one is redone on both sides.
+The rounds are suite/flows/rounds.py, the instruction counts before them suite/flows/counts.py;
+this module prepares the sides, orders the phases and judges.
 """
 
 from __future__ import annotations
 
-import math
 import shlex
 import shutil
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from suite.core.errors import InputError
 from suite.core.loaded import LoadedRun
 from suite.core.records import Cell, DecisionRecord, RollbackRecord
-from suite.core.results import disturbed, read_result, read_run, record_wall_s
+from suite.core.results import read_run
 from suite.core.secrets import redact_text
 from suite.core.spec import CellSpec
-from suite.execute.counting import Counter, count_file, countable
 from suite.execute.environment import RunOptions
 from suite.execute.progress import Progress
 from suite.execute.runner import Run
 from suite.execute.sides import PreparedSide
 from suite.flows.compare import decide
+from suite.flows.counts import count_cells, counting_spent_s
 from suite.flows.rollback import run_checks
+from suite.flows.rounds import Rounds
 from suite.judge.decision import differences
-from suite.judge.gates import paired_rounds, side_status, timing_verdict
-from suite.judge.instructions import REPLICATES
 from suite.judge.policy import Policy
 from suite.judge.registry import PERFORMANCE_GATES
 from suite.judge.rollback import judge_rollback
-from suite.judge.sequential import TIMING_GATES, Design
+from suite.judge.sequential import Design
 from suite.report.opdiff import op_diff
 from suite.workloads import Resolved
 from suite.workloads.matrix import Matrix
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -123,135 +120,6 @@ def recorded_sides(out: Path, baseline: str, candidate: str | None) -> tuple[str
             )
         specs[role] = str(spec)
     return specs["baseline"], specs["candidate"]
-
-
-def spent_s(runs: dict[str, Run]) -> float:
-    """Worker wall time the rounds have used so far, read from the records: a resumed A/B
-    charges its budget exactly as the uninterrupted one would."""
-    return sum(run.spent_s() for run in runs.values())
-
-
-# How often one round runs again when another process disturbed it: a runner busy for longer
-# is busy, and its rounds are then left out of the timing gates, which say so.
-DISTURBED_REPEATS = 3
-
-
-class Rounds:
-    """Interleaved paired rounds of every cell that still needs them, look by look."""
-
-    def __init__(self, runs: dict[str, Run], policy: Policy, design: Design, comparable: bool,
-                 progress: Progress | None, charged_s: float = 0.0) -> None:  # fmt: skip
-        self.runs = runs
-        self.charged_s = charged_s  # spent before the rounds (counting), out of the same budget
-        self.policy = policy
-        self.design = design
-        self.comparable = comparable
-        self.progress = progress
-        self.budget_exhausted = False
-        self.rounds_run: dict[str, int] = {}
-
-    def pair(self, spec: CellSpec, round_no: int) -> None:
-        """Both sides of one round of one cell; on resume a round is kept only when both
-        sides' records are whole, otherwise it is redone on both. A round another process
-        disturbed on either side runs again on both, the order kept, up to DISTURBED_REPEATS
-        times; the kept records say how often."""
-        order = ("baseline", "candidate") if round_no % 2 == 0 else ("candidate", "baseline")
-        kept = {role: self.runs[role].reusable(spec, round_no) for role in order}
-        if not all(kept.values()):
-            for role in order:
-                self.runs[role].discard(spec, round_no)
-        repeats = 0
-        while True:
-            docs, kept_again = {}, False
-            for role in order:
-                doc, reused = self.runs[role].execute(spec, round_no)
-                docs[role], kept_again = doc, kept_again or reused
-                if self.progress is not None:
-                    label = f"{spec.cell_id} [{role} r{round_no}{'+' * repeats}]"
-                    self.progress.finished(label, doc, reused=reused)
-            # A round kept on resume was settled when it ran: its reruns happened then.
-            calm = not any(disturbed(d) for d in docs.values())
-            if calm or kept_again or repeats == DISTURBED_REPEATS:
-                break
-            if self.progress is not None:
-                self.progress.note(f"{spec.cell_id} r{round_no} disturbed by another process")
-            for role in order:
-                self.runs[role].set_aside(spec, round_no)
-            repeats += 1
-        if repeats:
-            for role in order:
-                self.runs[role].annotate(spec, round_no, disturbed_repeats=repeats)
-        self.rounds_run[spec.cell_id] = round_no + 1
-
-    def needs_more(self, spec: CellSpec) -> bool:
-        base = self.runs["baseline"].records(spec)
-        cand = self.runs["candidate"].records(spec)
-        if not self.comparable or any(side_status(x) != "ok" for x in (base, cand)):
-            return False  # no timing verdict can come from more rounds
-        for name in TIMING_GATES:
-            gate = self.policy.gates.get(name)
-            if gate is None or gate.threshold is None:
-                continue
-            verdict = timing_verdict(gate, base, cand, self.design)
-            if verdict is not None and verdict.outcome == "continue":
-                return True
-        # No paired round yet because every one so far stayed disturbed: later ones may not be.
-        unpaired = not paired_rounds("latency_p50", base, cand)[2]
-        return unpaired and any(disturbed(r) for r in (*base, *cand))
-
-    def round_cost_s(self, spec: CellSpec) -> float | None:
-        """Mean wall time of one round of this cell (both sides), from its records so far."""
-        walls = [record_wall_s(r) for role in self.runs for r in self.runs[role].records(spec)]
-        rounds = len(self.runs["baseline"].records(spec))
-        return sum(walls) / rounds if rounds else None
-
-    def affordable(self, active: list[CellSpec], rounds_to_look: int) -> list[CellSpec]:
-        """The cells whose rounds up to the next look still fit the budget, cheapest first:
-        an expensive cell (a compiled one) that cannot reach its look gives way to cheap
-        cells that can. The costs come from the records, so a resumed A/B chooses the same."""
-        if self.design.budget_s is None:
-            return active
-        left = self.design.budget_s - spent_s(self.runs) - self.charged_s
-        costs = {spec.cell_id: self.round_cost_s(spec) for spec in active}
-        if any(cost is None for cost in costs.values()):
-            # Every cell gets its first round, whatever counting spent: it measures what a
-            # round costs, and without it a cell has no status at all.
-            return active
-        if left <= 0:
-            self.budget_exhausted = True
-            return []
-        admitted: set[str] = set()
-        total = 0.0
-        for spec in sorted(active, key=lambda s: costs[s.cell_id] or 0.0):
-            need = (costs[spec.cell_id] or 0.0) * rounds_to_look
-            if total + need <= left:
-                admitted.add(spec.cell_id)
-                total += need
-        if len(admitted) < len(active):
-            self.budget_exhausted = True
-        return [spec for spec in active if spec.cell_id in admitted]
-
-    def run(self, cells: Sequence[CellSpec]) -> Design:
-        active = list(cells)
-        done = 0
-        for look in self.design.looks:
-            while done < look and active:
-                active = self.affordable(active, look - done)
-                if not active:
-                    break
-                if self.progress is not None:
-                    self.progress.total = max(
-                        self.progress.total, self.progress.done_count + 2 * len(active)
-                    )
-                for spec in active:
-                    self.pair(spec, done)
-                done += 1
-                # Decisions come only at looks, so between looks this drops only the cells
-                # that cannot give a timing verdict at all (failed, skipped, unsupported).
-                active = [spec for spec in active if self.needs_more(spec)]
-            if not active:
-                break
-        return replace(self.design, budget_exhausted=self.budget_exhausted)
 
 
 def run_ab(
@@ -486,85 +354,6 @@ def add_op_diffs(decision: DecisionRecord, artifacts: dict[str, dict[str, str]])
             cell["ops"] = op_diff(Path(traces["baseline_trace"]), Path(traces["candidate_trace"]))
         except ValueError as exc:
             cell["ops_warning"] = str(exc)
-
-
-def count_cells(
-    cells: Sequence[CellSpec],
-    runs: dict[str, Run],
-    sides: dict[str, PreparedSide],
-    progress: Progress | None,
-    then: Callable[[], T] | None = None,
-) -> T | None:
-    """The counting processes of the instructions gate, before the rounds, for every countable
-    cell: REPLICATES per side. The two sides count at once, one thread each (a count runs on
-    one thread, and instructions do not depend on what else runs). A record already counted
-    (a resumed A/B) stays. `then` starts when the first side is done, beside the other side's
-    counting; what it returns is returned."""
-    todo = [spec for spec in cells if countable(spec)]
-
-    def count_side(role: str) -> None:
-        run = runs[role]
-        counter = Counter(
-            run.dir,
-            run.options.interpreter,
-            run.worker_env,
-            run.options.launcher,
-            in_container=sides[role].kind == "docker",
-        )
-        try:
-            for spec in todo:
-                for replicate in range(REPLICATES):
-                    if _counted(count_file(run.dir, spec, replicate), spec):
-                        continue
-                    if progress is not None:
-                        progress.note(f"counting {spec.cell_id} [{role} c{replicate}]")
-                    counter.count(spec, run.run_id, replicate)
-        finally:
-            counter.close()
-
-    return side_by_side([partial(count_side, role) for role in runs], then)
-
-
-def side_by_side(tasks: Sequence[Callable[[], None]], then: Callable[[], T] | None) -> T | None:
-    """The tasks at once, and `then` once the first of them has finished without an error, on
-    the thread it leaves; every task's error is raised, after `then` is done."""
-    with ThreadPoolExecutor(max_workers=len(tasks) + 1) as pool:
-        started = [pool.submit(task) for task in tasks]
-        after = None
-        if then is not None:
-            first, _ = wait(started, return_when=FIRST_COMPLETED)
-            if all(done.exception() is None for done in first):
-                after = pool.submit(then)
-        try:
-            for done in started:
-                done.result()
-        finally:
-            result = after.result() if after is not None else None
-        return result
-
-
-def counting_spent_s(cells: Sequence[CellSpec], runs: dict[str, Run]) -> float:
-    """The wall time counting took, read from the count records: the sides count at once, so
-    the longer side's sum. Charged to the rounds' budget, the same when an A/B resumes."""
-    per_side = []
-    for run in runs.values():
-        walls = []
-        for spec in cells:
-            for replicate in range(REPLICATES):
-                try:
-                    walls.append(record_wall_s(read_result(count_file(run.dir, spec, replicate))))
-                except (InputError, OSError):
-                    continue
-        per_side.append(math.fsum(walls))
-    return max(per_side, default=0.0)
-
-
-def _counted(path: Path, spec: CellSpec) -> bool:
-    try:
-        doc = read_result(path)
-    except (InputError, OSError):
-        return False
-    return bool(doc["spec_hash"] == spec.spec_hash and doc["status"] == "ok")
 
 
 def _trace_failures(
