@@ -15,14 +15,8 @@ import pytest
 
 from suite.core.errors import EnvironmentProblem, InputError
 from suite.core.validation import validate
-from suite.execute.images import (
-    BuildOptions,
-    Recipe,
-    build_image,
-    image_tag,
-    rebuild_line,
-    suite_digest,
-)
+from suite.execute.image_build import BuildOptions, build_image
+from suite.execute.images import Recipe, image_tag, rebuild_line, suite_digest
 from suite.execute.indexes import Indexes
 from tests.helpers import REPO, cli
 

@@ -123,7 +123,8 @@ def build(
 ) -> None:
     """Build the image of one torch pin and print the docker: side that runs it, pinned by
     digest. With GITHUB_OUTPUT set, also writes the step outputs side, tag, id and digest."""
-    from suite.execute.images import BuildOptions, Recipe, build_image, source_context
+    from suite.execute.image_build import BuildOptions, build_image
+    from suite.execute.images import Recipe, source_context
     from suite.execute.indexes import Indexes
 
     if record is not None and record.exists():

@@ -1,9 +1,10 @@
 """`python -m suite.worker.smoke`: can this interpreter run every kind of cell the matrix asks?
 
-Run inside a freshly built image (suite/execute/images.py) before any cell: it compiles a function
-with torch.compile (Inductor's C++ kernels need a working compiler and Python's headers), exports
-one with AOTInductor and runs the compiled package, and, where a CUDA device is present, runs a
-Triton kernel (Triton builds its launcher with a C compiler). Each check is compared with eager.
+Run inside a freshly built image (suite/execute/image_build.py) before any cell: it compiles a
+function with torch.compile (Inductor's C++ kernels need a working compiler and Python's
+headers), exports one with AOTInductor and runs the compiled package, and, where a CUDA device is
+present, runs a Triton kernel (Triton builds its launcher with a C compiler). Each check is
+compared with eager.
 Prints one JSON line {"checks": {name: {"ok": bool, "detail": str}}} and exits 1 when any failed.
 """
 
