@@ -11,8 +11,8 @@ from urllib.parse import urlsplit
 import click
 
 from suite.cli.edge import handles_errors
+from suite.core.decision_records import DecisionRecord
 from suite.core.errors import InputError
-from suite.core.records import DecisionRecord
 from suite.github.banner import STATES
 from suite.report.escape import plain
 

@@ -18,7 +18,7 @@ from suite.cli.options import (
     github_step_option,
     policy_options,
 )
-from suite.core.records import DecisionRecord, Source
+from suite.core.decision_records import DecisionRecord, Source
 from suite.github.outputs import append_summary, step_outputs_on_error
 from suite.report import write_reports
 

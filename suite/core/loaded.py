@@ -8,7 +8,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from suite.core.records import Result, RunRecord, SideEvidence
+from suite.core.decision_records import SideEvidence
+from suite.core.records import Result, RunRecord
 from suite.core.results import COUNTS_DIR, read_result, read_run_dir
 
 

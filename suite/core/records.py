@@ -1,14 +1,17 @@
-"""The vocabulary and the shapes of the suite's records, defined once.
+"""The vocabulary of the suite's records, defined once, and the shapes of what a run records.
 
 Every status, verdict, decision and failure mode a record may hold is a `Literal` here (the
 backends, which a plugin may add to, are a registry: suite/core/backends.py), and the tuples the
 code iterates are read from those types; tests/test_records.py holds them equal to the enums of
-schemas/*.json. The records are TypedDicts, not classes: they cross the process boundary as
-JSON (a worker writes result.json, a CI job's artifact holds them, the comment job reads them
-without the suite's types), the schemas check them where they are read, and a TypedDict is that
-same JSON to the type checker, with nothing to convert on either side. Each record has one
-builder, in the module that owns its file: `core.results.base_result` and `failure_result`
-(result), `execute.runner.Run` (run), `judge.verdicts.gate_result` (gate),
+schemas/*.json. A worker's result and a run's run.json are here; what is judged from them (gate,
+cell, row, decision, calibration) is in suite/core/decision_records.py.
+
+The records are TypedDicts, not classes: they cross the process boundary as JSON (a worker
+writes result.json, a CI job's artifact holds them, the comment job reads them without the
+suite's types), the schemas check them where they are read, and a TypedDict is that same JSON
+to the type checker, with nothing to convert on either side. Each record has one builder, in
+the module that owns its file: `core.results.base_result` and `failure_result` (result),
+`execute.run_dir.new_run_doc` (run), `judge.verdicts.gate_result` (gate),
 `judge.decision.decision_record` (decision), `flows.calibrate.calibration` (calibration). A
 run read back is `core.loaded.LoadedRun`, which also knows the folder its files lie in.
 """
@@ -97,15 +100,6 @@ class AccuracyCheck(TypedDict, total=False):
 
 class Correctness(AccuracyCheck, total=False):
     checks: list[AccuracyCheck]  # every output checked; the fields above are the worst's
-
-
-class Moved(TypedDict):
-    """A function whose instructions per step moved between the sides (the instructions gate)."""
-
-    function: str
-    baseline: int
-    candidate: int
-    change: int
 
 
 class Disturbance(TypedDict):
@@ -216,198 +210,7 @@ class RunRecord(TypedDict, total=False):
     ab: dict[str, Any]  # an A/B's rounds: the sequential design they ran under
 
 
-class GateRecord(TypedDict, total=False):
-    """One gate's verdict on one cell; `decision` is added when the policy's rules are applied."""
-
-    gate: str
-    verdict: Verdict
-    severity: Severity
-    required: bool
-    message: str
-    unit: str | None
-    baseline: float | str | bool | None
-    candidate: float | str | bool | None
-    change: float | None
-    ci: list[float] | None
-    p_value: float | None
-    threshold: float | None
-    rounds: int | None
-    spread: float | None
-    needed_rounds: int | None
-    undecided: Undecided | None
-    decision: Decision
-    moved: list[Moved]  # the instructions gate: functions whose counts moved most
-
-
-class Repro(TypedDict, total=False):
-    command: str
-    docker: str | None
-    ab: str  # the paired comparison again (a timing or memory regression)
-    build: dict[str, str]  # role -> the lines that build an image no registry holds
-    root: str | None  # the results folder the lines are pasted in
-
-
-class OpChange(TypedDict):
-    """One op's row in the ranking: both sides' self time and calls, and the change."""
-
-    op: str
-    kind: str
-    baseline_us: float
-    candidate_us: float
-    change_us: float
-    baseline_calls: int
-    candidate_calls: int
-
-
-class _CellFields(TypedDict):
-    cell_id: str
-    row_id: str
-    workload: str
-    backend: str
-    lane: Lane
-    baseline_status: Status | None
-    candidate_status: Status | None
-    gates: list[GateRecord]
-    repro: Repro | None
-    artifacts: dict[str, str]
-
-
-class Cell(_CellFields, total=False):
-    """One cell of the decision; an A/B whose timing failed adds the op-level diff."""
-
-    ops: list[OpChange]  # report/opdiff.py
-    ops_warning: str
-
-
-class Row(TypedDict):
-    row_id: str
-    workload: str
-    backend: str
-    lane: Lane
-    fleet: bool
-    isolatable: bool
-    decision: Decision
-    reasons: list[str]
-    verdicts: dict[str, int]
-
-
-class Difference(TypedDict):
-    """A field other than torch that differs between the two sides' environments."""
-
-    field: str
-    baseline: Any
-    candidate: Any
-
-
-class Comparable(TypedDict):
-    ok: bool
-    differences: list[Difference]
-
-
-class SideEvidence(TypedDict, total=False):
-    """One side as the decision names it (core.loaded.LoadedRun.evidence, or a CI job's)."""
-
-    label: str
-    run_id: str
-    torch: str
-    git_version: str | None
-    dir: str
-    interpreter: str | None
-    image: ImageRecord | None
-    rounds: int
-    runs: list[dict[str, Any]]  # aggregate: the job runs it joined
-
-
 class MatrixEvidence(TypedDict):
     file: str
     sha256: str
     name: str
-
-
-class PolicyEvidence(TypedDict, total=False):
-    file: str
-    sha256: str
-    profile: str
-    fleet_backends: list[str]
-    mismatches: list[str]  # runs captured under a different policy hash
-
-
-class RollbackRecord(TypedDict, total=False):
-    """What getting back to the baseline took, and the checkpoint reports both ways."""
-
-    duration_s: float
-    environment_ready_s: float
-    rehearsal_s: float
-    checkpoints: dict[str, Any]
-    jobs: dict[str, RollbackRecord]  # per CI job, when aggregated
-
-
-class Source(TypedDict, total=False):
-    base_sha: str
-    head_sha: str
-    run_url: str
-
-
-class DecisionRecord(TypedDict, total=False):
-    """decision.json: what `ab`, `compare` and `aggregate` end in."""
-
-    kind: Literal["torch-matrix/decision"]
-    schema_version: int
-    decision: Decision
-    reasons: list[str]
-    generated_at: str
-    matrix: MatrixEvidence
-    policy: PolicyEvidence
-    baseline: SideEvidence
-    candidate: SideEvidence
-    comparable: Comparable
-    rollback: RollbackRecord
-    rows: list[Row]
-    cells: list[Cell]
-    source: Source  # aggregate: the base and head commits, the run's link
-    phases: dict[str, Any]
-    phases_beside: dict[str, Any]
-
-
-class RunnerIdentity(TypedDict, total=False):
-    """Who measured an A/A: the machine, its torch and interpreter, its usable backends."""
-
-    hostname: str | None
-    cpu_model: str | None
-    logical_cores: int | None
-    torch: str
-    interpreter: str | None
-    python: str | None
-    backends: list[str]
-
-
-class CalibrationGate(TypedDict):
-    """One timing gate's A/A figures: how far the pin's rounds spread, what they resolve."""
-
-    spread: float | None
-    mean: float
-    rounds: int
-    threshold: float
-    min_detectable: float | None
-    rounds_needed: int | None
-
-
-class CalibrationCell(TypedDict):
-    cell_id: str
-    status: str
-    round_wall_s: float | None
-    gates: dict[str, CalibrationGate]
-
-
-class CalibrationRecord(TypedDict):
-    """calibration.json: what `calibrate` measured (calibration.schema.json)."""
-
-    kind: Literal["torch-matrix/calibration"]
-    schema_version: int
-    created_at: str
-    runner: RunnerIdentity
-    policy: PolicyEvidence
-    design: dict[str, Any]
-    rounds: int
-    resolvable_rounds: int | None
-    cells: list[CalibrationCell]

@@ -4,26 +4,19 @@ and keep run.json current so that a killed run can be resumed without losing or 
 from __future__ import annotations
 
 import glob
-import hashlib
 import math
-import os
-import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from suite import __version__
-from suite.core.errors import EnvironmentProblem, InputError, warn
-from suite.core.records import FAILED_STATUSES, Result, RunRecord
+from suite.core.records import FAILED_STATUSES, Result
 from suite.core.results import (
     DISTURBED_DIR,
-    INPUTS_DIR,
     cell_file,
     failure_result,
     new_run_id,
     read_result,
-    read_run,
     record_wall_s,
     utc_now,
     write_result,
@@ -31,10 +24,19 @@ from suite.core.results import (
 )
 from suite.core.spec import CellSpec
 from suite.execute.cell import run_cell, worker_argv
-from suite.execute.environment import RunOptions, probe_environment, suite_commit, worker_env
+from suite.execute.environment import RunOptions, probe_environment, worker_env
 from suite.execute.forkclient import ForkServer, fork_launcher_enabled
 from suite.execute.launch import Launcher, Step, run_process
 from suite.execute.progress import Progress
+from suite.execute.run_dir import (
+    existing_run,
+    keep_inputs,
+    new_run_doc,
+    pending_entry,
+    prepare_dir,
+    record_digest,
+    reusable_record,
+)
 from suite.workloads import Resolved, file_part
 from suite.workloads.matrix import Matrix, expand
 
@@ -48,132 +50,6 @@ class RunSummary:
     @property
     def failed(self) -> list[str]:
         return [c for c, s in self.statuses.items() if s in FAILED_STATUSES]
-
-
-def record_digest(path: Path) -> str | None:
-    """sha256 of a record file as written, which run.json keeps beside its entry."""
-    try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError:
-        return None
-
-
-def _reusable(
-    path: Path, spec: CellSpec, torch_version: str, digest: str | None, round_no: int
-) -> Result | None:
-    """An existing record that --resume may keep: the very file the run wrote (its sha256 as
-    run.json recorded it), valid, same spec, same torch. A record that is there but cannot be
-    kept is redone, and the user is told which round and why."""
-    if not path.is_file():
-        return None
-    why = None
-    found = record_digest(path)
-    if digest is None:
-        why = "run.json recorded no digest for it (the run stopped while writing it)"
-    elif found != digest:
-        why = f"it changed since it was written (sha256 {str(found)[:12]}, recorded {digest[:12]})"
-    else:
-        try:
-            doc = read_result(path)
-        except InputError as exc:
-            why = f"it does not read: {str(exc).splitlines()[0][:200]}"
-        else:
-            if doc["spec_hash"] != spec.spec_hash:
-                why = "it is of another cell spec"
-            elif doc["torch"] is not None and doc["torch"].get("version") != torch_version:
-                why = f"it ran torch {doc['torch'].get('version')}, not {torch_version}"
-            else:
-                return doc
-    warn(f"resume: round {round_no} of {spec.cell_id} is run again: {why}")
-    return None
-
-
-def keep_inputs(run_dir: Path, files: Sequence[Path]) -> None:
-    """Copy each input file into RUN_DIR/inputs/<its absolute path>, so that the run directory
-    alone (a CI artifact) holds what its reproduce lines name (suite/flows/repro.py)."""
-    for file in files:
-        source = file.absolute()
-        if not source.is_file():
-            continue
-        copy = run_dir / INPUTS_DIR / source.relative_to(source.anchor)
-        try:
-            copy.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(source, copy)
-        except OSError as exc:
-            raise EnvironmentProblem(f"cannot keep a copy of {source} in {copy}: {exc}") from exc
-
-
-def _existing_run(path: Path, resume: bool) -> RunRecord | None:
-    """The run.json a resumed run continues; one found without --resume is an error."""
-    if not path.exists():
-        return None
-    if not resume:
-        raise InputError(
-            "already holds a run; pass --resume to finish it, or choose another --out",
-            file=str(path),
-        )
-    return read_run(path)
-
-
-def _prepare_dir(run_dir: Path) -> None:
-    """Create the run directory, without the temporary files a killed run left in it."""
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise EnvironmentProblem(f"cannot create output directory {run_dir}: {exc}") from exc
-    for stale in run_dir.glob("cells/.*.tmp"):
-        stale.unlink(missing_ok=True)
-
-
-def _pending_entry(run_dir: Path, cell_id: str, round_no: int) -> dict[str, Any]:
-    """run.json's entry of a round not run yet."""
-    return {
-        "cell_id": cell_id,
-        "status": "pending",
-        "file": str(cell_file(run_dir, cell_id, round_no).relative_to(run_dir)),
-        "wall_s": None,
-        "round": round_no,
-    }
-
-
-def _run_doc(
-    matrix: Matrix,
-    options: RunOptions,
-    cells: Sequence[CellSpec],
-    resolved: dict[str, Resolved],
-    run_id: str,
-    environment: dict[str, Any],
-    existing: RunRecord | None,
-) -> dict[str, Any]:
-    """A new run.json, or the one of EXISTING resumed: its run id and start kept."""
-    commit, dirty = suite_commit()
-    resumed = [*existing.get("resumed_at", []), utc_now()] if existing else []
-    return {
-        "kind": "torch-matrix/run",
-        "schema_version": 1,
-        "run_id": run_id,
-        "status": "running",
-        "started_at": existing["started_at"] if existing else utc_now(),
-        "finished_at": None,
-        "resumed_at": resumed,
-        "command": options.command or ["torch-matrix"],
-        "cwd": os.getcwd(),
-        "suite": {"version": __version__, "commit": commit, "dirty": dirty},
-        "matrix": matrix.evidence(),
-        "profile": matrix.profile,
-        "options": {
-            "timeout_s": options.timeout_s,
-            "memory_limit_bytes": options.memory_limit_bytes,
-            "rounds": len(options.rounds),
-        },
-        "interpreter": options.interpreter,
-        "environment": environment,
-        "workloads": {
-            ref: {"ref": ref, "module": r.module, "file": r.file, "sha256": r.sha256}
-            for ref, r in resolved.items()
-        },
-        "cells": [_pending_entry(options.out, c.cell_id, r) for r in options.rounds for c in cells],
-    }
 
 
 class Run:
@@ -191,8 +67,8 @@ class Run:
         self.options = options
         self.dir = options.out
         self.path = self.dir / "run.json"
-        existing = _existing_run(self.path, options.resume)
-        _prepare_dir(self.dir)
+        existing = existing_run(self.path, options.resume)
+        prepare_dir(self.dir)
         self.worker_env = worker_env(options)
         self.launcher: Launcher = options.launcher
         self._server: ForkServer | None = None
@@ -208,7 +84,7 @@ class Run:
         )
         self.torch_version = self.environment["torch"]["version"]
         self.run_id = existing["run_id"] if existing else (options.run_id or new_run_id())
-        self.doc: dict[str, Any] = _run_doc(
+        self.doc: dict[str, Any] = new_run_doc(
             matrix, options, cells, resolved, self.run_id, self.environment, existing
         )
         self.doc.update(extra or {})
@@ -244,7 +120,7 @@ class Run:
             return None
         path = cell_file(self.dir, spec.cell_id, round_no)
         digest = self._digests.get((spec.cell_id, round_no))
-        return _reusable(path, spec, self.torch_version, digest, round_no)
+        return reusable_record(path, spec, self.torch_version, digest, round_no)
 
     def discard(self, spec: CellSpec, round_no: int) -> None:
         """Forget a round of a cell (its record file too), so that it runs again."""
@@ -286,7 +162,7 @@ class Run:
     def _entry(self, spec: CellSpec, round_no: int) -> dict[str, Any]:
         key = (spec.cell_id, round_no)
         if key not in self._index:  # rounds added look by look
-            entry = _pending_entry(self.dir, spec.cell_id, round_no)
+            entry = pending_entry(self.dir, spec.cell_id, round_no)
             self.doc["cells"].append(entry)
             self._index[key] = entry
         entry_found: dict[str, Any] = self._index[key]

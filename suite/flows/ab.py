@@ -20,9 +20,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from suite.core.decision_records import Cell, DecisionRecord, RollbackRecord
 from suite.core.errors import InputError
 from suite.core.loaded import LoadedRun
-from suite.core.records import Cell, DecisionRecord, RollbackRecord
 from suite.core.results import read_run
 from suite.core.secrets import redact_text
 from suite.core.spec import CellSpec

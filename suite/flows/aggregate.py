@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
+from suite.core.decision_records import DecisionRecord, RollbackRecord
 from suite.core.errors import InputError
 from suite.core.loaded import LoadedRun
-from suite.core.records import DecisionRecord, RollbackRecord
 from suite.flows.compare import decide
 from suite.judge.decision import decision_record
 from suite.judge.policy import Policy

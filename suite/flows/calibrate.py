@@ -20,15 +20,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from suite.core.errors import InputError
-from suite.core.host import cpu_model
-from suite.core.records import (
+from suite.core.decision_records import (
     CalibrationCell,
     CalibrationGate,
     CalibrationRecord,
-    Result,
     RunnerIdentity,
 )
+from suite.core.errors import InputError
+from suite.core.host import cpu_model
+from suite.core.records import Result
 from suite.core.results import atomic_write_json, record_wall_s, utc_now
 from suite.core.spec import CellSpec
 from suite.core.validation import load_document, validate

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from suite.core.decision_records import Cell, DecisionRecord, Repro, RollbackRecord
 from suite.core.loaded import LoadedRun
-from suite.core.records import Cell, DecisionRecord, Repro, Result, RollbackRecord
+from suite.core.records import Result
 from suite.flows.repro import repro_record
 from suite.judge import decision
 from suite.judge.policy import Policy

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
+from suite.core.decision_records import Repro
 from suite.core.errors import EnvironmentProblem, InputError
-from suite.core.records import ImageRecord, Repro, Result, RunCell, RunRecord
+from suite.core.records import ImageRecord, Result, RunCell, RunRecord
 from suite.core.results import INPUTS_DIR, cell_file, new_run_id, read_result, read_run
 from suite.execute import shell
 from suite.execute.launch import Step

@@ -23,8 +23,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from suite.core.decision_records import DecisionRecord
 from suite.core.errors import InputError
-from suite.core.records import DecisionRecord
 from suite.github.client import GitHubClient, GitHubError
 from suite.report.markdown import render_markdown
 

@@ -9,8 +9,8 @@ import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+from suite.core.decision_records import DecisionRecord
 from suite.core.errors import EnvironmentProblem, InputError, SuiteError
-from suite.core.records import DecisionRecord
 from suite.core.secrets import redact_text
 from suite.report.escape import code_block
 from suite.report.markdown import render_markdown

@@ -8,18 +8,17 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from suite.core.backends import backend_names
-from suite.core.errors import InputError
-from suite.core.loaded import LoadedRun
-from suite.core.records import (
+from suite.core.decision_records import (
     Cell,
     DecisionRecord,
     Difference,
-    MatrixEvidence,
     Repro,
-    Result,
     RollbackRecord,
     SideEvidence,
 )
+from suite.core.errors import InputError
+from suite.core.loaded import LoadedRun
+from suite.core.records import MatrixEvidence, Result
 from suite.core.results import utc_now
 from suite.core.validation import validate
 from suite.judge.policy import Policy

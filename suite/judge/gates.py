@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from typing import cast
 
 from suite.core import accuracy
-from suite.core.records import AccuracyCheck, GateRecord, Verdict
+from suite.core.decision_records import GateRecord
+from suite.core.records import AccuracyCheck, Verdict
 from suite.core.results import disturbed
 from suite.core.stats import throughput_of, timing_of
 from suite.judge import sequential

@@ -17,7 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from suite.core.records import GateRecord, Moved, Verdict
+from suite.core.decision_records import GateRecord, Moved
+from suite.core.records import Verdict
 from suite.core.spec import countable
 from suite.judge.policy import Gate
 from suite.judge.verdicts import NO_DIRS, Dirs, Record, failure_message, gate_result

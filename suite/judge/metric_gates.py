@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from suite.core.records import GateRecord, Verdict
+from suite.core.decision_records import GateRecord
+from suite.core.records import Verdict
 from suite.judge.policy import Gate
 from suite.judge.saved_outputs import NotMeasurable, saved_drift
 from suite.judge.verdicts import NO_DIRS, Dirs, Record, failure_message, gate_result

@@ -10,8 +10,9 @@ from importlib import resources
 from pathlib import Path
 from typing import TypedDict
 
+from suite.core.decision_records import PolicyEvidence
 from suite.core.errors import InputError
-from suite.core.records import DECISIONS, Decision, PolicyEvidence, Severity
+from suite.core.records import DECISIONS, Decision, Severity
 from suite.core.validation import load_spec_document, validate
 from suite.core.yamlsafe import load_yaml
 from suite.judge.sequential import DEFAULT_FAIL_LEVEL, DEFAULT_LOOKS, DEFAULT_PASS_LEVEL, Design

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from suite.core.records import GateRecord
+from suite.core.decision_records import GateRecord
 from suite.judge.gates import (
     budget_gate,
     correctness_gate,

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from suite.core.accuracy import CHECKPOINT_TOLERANCE
-from suite.core.records import Cell, RollbackRecord, Verdict
+from suite.core.decision_records import Cell, RollbackRecord
+from suite.core.records import Verdict
 from suite.core.results import cell_file
 from suite.judge.policy import Gate, Policy
 from suite.judge.saved_outputs import NotMeasurable, saved_drift

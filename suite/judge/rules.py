@@ -12,15 +12,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from suite.core.records import (
-    DECISIONS,
-    EXIT_CODES,
-    UNDECIDED_WHY,
-    Cell,
-    Decision,
-    GateRecord,
-    Row,
-)
+from suite.core.decision_records import Cell, GateRecord, Row
+from suite.core.records import DECISIONS, EXIT_CODES, UNDECIDED_WHY, Decision
 from suite.judge.policy import Policy, decision_rank, worst
 from suite.judge.sequential import TIMING_GATES
 

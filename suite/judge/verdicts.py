@@ -7,7 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from suite.core.records import GateRecord, Result, Verdict
+from suite.core.decision_records import GateRecord
+from suite.core.records import Result, Verdict
 from suite.judge.policy import Gate
 
 Record = Result  # one round of one cell, as the judge reads it

@@ -12,8 +12,8 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+from suite.core.decision_records import DecisionRecord
 from suite.core.errors import InputError
-from suite.core.records import DecisionRecord
 from suite.core.results import atomic_write_json
 from suite.report.chart import write_chart
 from suite.report.junit import render_junit

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from tabulate import tabulate
 
-from suite.core.records import CalibrationRecord
+from suite.core.decision_records import CalibrationRecord
 from suite.report.escape import plain
 
 NONE = "—"

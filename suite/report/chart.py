@@ -11,7 +11,7 @@ import importlib
 from pathlib import Path
 from typing import Any
 
-from suite.core.records import DecisionRecord
+from suite.core.decision_records import DecisionRecord
 from suite.report.escape import plain
 from suite.report.table import gate_of
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from suite.core.records import Cell, DecisionRecord, GateRecord
+from suite.core.decision_records import Cell, DecisionRecord, GateRecord
 from suite.report.escape import xml_safe
 from suite.report.table import (
     format_change,

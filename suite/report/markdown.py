@@ -1,4 +1,4 @@
-"""GitHub Markdown report: decision, reasons, lane tables and per-cell detail sections.
+"""GitHub Markdown report: decision, reasons, lane tables, then the failing cells' sections.
 
 Meant for a pull-request comment, so every value from the record goes through
 suite.report.escape, and render_markdown can shrink the body to a comment size limit.
@@ -9,51 +9,27 @@ row or a section: on a CPU runner they are most of the matrix and would bury the
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import quote
 
-from suite.core.records import (
-    DECISIONS,
-    UNDECIDED_WHY,
-    Cell,
-    DecisionRecord,
-    GateRecord,
-    Repro,
-)
-from suite.report.escape import cap, code_block, code_span, html_text, md
-from suite.report.opdiff import render_op_diff
+from suite.core.decision_records import Cell, DecisionRecord, GateRecord
+from suite.core.records import DECISIONS, UNDECIDED_WHY
+from suite.report.cell_section import cell_section, table_line
+from suite.report.escape import cap, code_span, md
 from suite.report.table import (
     ATTENTION,
-    GOOD,
     LANES,
     LEGEND,
-    NONE,
-    VERDICT_ORDER,
     absent_text,
     badness,
     format_change,
-    format_ci,
-    format_p,
-    format_threshold,
-    format_value,
     gate_names,
     summary_rows,
     warnings,
     worst,
 )
 
-_DETAIL_HEADERS = (
-    "Gate",
-    "Verdict",
-    "Baseline",
-    "Candidate",
-    "Change",
-    "CI",
-    "p-value",
-    "Threshold",
-    "Message",
-)
 _SECTIONS_TITLE = "### Cells needing attention"
 # Undecided cells named in full; the rest are counted. The JSON record has them all.
 _UNDECIDED_LISTED = 10
@@ -79,10 +55,6 @@ class _Parts:
     @property
     def row_count(self) -> int:
         return sum(len(rows) for _, rows in self.tables)
-
-
-def _table_line(cells: Iterable[str]) -> str:
-    return "| " + " | ".join(cells) + " |"
 
 
 def _when(stamp: str) -> str:
@@ -140,15 +112,13 @@ def _lane_tables(decision: DecisionRecord) -> list[tuple[str, list[str]]]:
     gates = gate_names(decision)
     header = "\n".join(
         [
-            _table_line(["Row", "Lane", "Decision", *(md(g) for g in gates)]),
-            _table_line(["---"] * (3 + len(gates))),
+            table_line(["Row", "Lane", "Decision", *(md(g) for g in gates)]),
+            table_line(["---"] * (3 + len(gates))),
         ]
     )
     tables: list[tuple[str, list[str]]] = []
     for lane, title in LANES:
-        rows = [
-            _table_line(md(text) for text in row) for row in summary_rows(decision, lane, gates)
-        ]
+        rows = [table_line(md(text) for text in row) for row in summary_rows(decision, lane, gates)]
         if rows:
             legend = "" if tables else f"_{md(LEGEND)}_\n\n"
             tables.append((f"### {title}\n\n{legend}{header}", rows))
@@ -229,126 +199,6 @@ def _undecided_block(decision: DecisionRecord) -> str | None:
         "inconclusive is their only verdict needing attention:"
     )
     return title + "\n\n" + "\n".join(lines)
-
-
-def _verdict_summary(cell: Cell) -> str:
-    groups = []
-    for verdict in VERDICT_ORDER:
-        names = [g["gate"] for g in cell["gates"] if g["verdict"] == verdict]
-        if names and verdict not in GOOD:
-            groups.append(f"{verdict}: {', '.join(names)}")
-    return "; ".join(groups)
-
-
-def _gate_line(gate: GateRecord) -> str:
-    name, unit = gate["gate"], gate.get("unit")
-    texts = [
-        name,
-        gate["verdict"],
-        format_value(gate.get("baseline"), unit, name),
-        format_value(gate.get("candidate"), unit, name),
-        format_change(gate.get("change")),
-        format_ci(gate.get("ci")),
-        format_p(gate.get("p_value")),
-        format_threshold(gate.get("threshold")),
-        gate["message"],
-    ]
-    return _table_line(md(text) for text in texts)
-
-
-def _section(cell: Cell, run_url: str | None = None) -> str:
-    # <summary> sits in a raw HTML block, where only HTML escaping works.
-    summary = f"{html_text(cell['cell_id'])} — {html_text(_verdict_summary(cell))}"
-    status = (
-        f"Status: baseline {md(cell['baseline_status'] or NONE)}, "
-        f"candidate {md(cell['candidate_status'] or NONE)}"
-    )
-    table = [
-        _table_line(_DETAIL_HEADERS),
-        _table_line(["---"] * len(_DETAIL_HEADERS)),
-        *(_gate_line(g) for g in cell["gates"]),
-    ]
-    # The blank line after <summary> ends the HTML block, so what follows is Markdown.
-    parts = [f"<details><summary>{summary}</summary>", status, "\n".join(table)]
-    parts += _moved_parts(cell)
-    if cell.get("ops"):
-        parts += ["Where the time went (5 profiled steps per side, self time):"]
-        parts += [render_op_diff(cell["ops"])]
-    elif cell.get("ops_warning"):
-        parts += [f"Where the time went: {md(cell['ops_warning'])}"]
-    parts += _repro_parts(cell.get("repro") or {}, run_url)
-    artifacts = cell.get("artifacts") or {}
-    if artifacts:
-        listing = [f"- {md(name)}: {md(path)}" for name, path in sorted(artifacts.items())]
-        parts += ["Artifacts:", "\n".join(listing)]
-    parts.append("</details>")
-    return "\n\n".join(parts)
-
-
-def _moved_parts(cell: Cell) -> list[str]:
-    """The functions whose instructions per step moved most, for an instructions gate that
-    failed or improved: why it is slower, not only that it is."""
-    parts = []
-    for gate in cell["gates"]:
-        moved = gate.get("moved") or []
-        if not moved:
-            continue
-        rows = [
-            _table_line(["Function", "Baseline", "Candidate", "Change"]),
-            _table_line(["---"] * 4),
-            *(
-                _table_line(
-                    [
-                        md(m["function"], 160),
-                        f"{m['baseline']:,.0f}",
-                        f"{m['candidate']:,.0f}",
-                        f"{m['change']:+,.0f}",
-                    ]
-                )
-                for m in moved
-            ),
-        ]
-        parts += [f"What moved ({md(gate['gate'])}, per step):", "\n".join(rows)]
-    return parts
-
-
-_RUN_URL = re.compile(r"^https?://[^/]+/([^/]+/[^/]+)/actions/runs/([0-9]+)")
-
-
-def _fetch_line(root: str, run_url: str | None) -> str:
-    """The `gh` line that downloads a job's results artifact: of this run, when its URL says."""
-    found = _RUN_URL.match(run_url or "")
-    run = f"{found[2]} -R {found[1]}" if found else "RUN_ID"
-    return f"gh run download {run} -n {root} -D {root} && cd {root}"
-
-
-def _repro_parts(repro: Repro, run_url: str | None = None) -> list[str]:
-    """How to reproduce a failing cell: the `docker build` lines of images in no registry, the
-    candidate's `docker run` line (a status or correctness failure), the `ab` line of both sides
-    (a timing or memory regression), else the line for the side's interpreter."""
-    root = repro.get("root")
-    where = f", in the results folder {code_span(root)}" if root else ""
-    parts = []
-    builds = repro.get("build") or {}
-    if builds:
-        text = "\n".join(f"# the {role} image\n{line}" for role, line in sorted(builds.items()))
-        parts += [
-            "The images are in no registry; where one is missing, build it again first:",
-            code_block(text, "sh"),
-        ]
-    if repro.get("docker"):
-        parts += [f"In the recorded image{where}:", code_block(repro["docker"], "sh")]
-    if repro.get("ab"):
-        parts += [f"The paired comparison again, both sides{where}:", code_block(repro["ab"], "sh")]
-    if repro.get("command") and not repro.get("docker"):
-        parts += ["Reproduce:", code_block(repro["command"], "sh")]
-    if root and (repro.get("docker") or repro.get("ab")):
-        fetch = code_span(_fetch_line(root, run_url))
-        parts.append(
-            f"_In CI, {code_span(root)} is the job's results artifact: {fetch} (README, "
-            "Reproducing a cell)._"
-        )
-    return parts
 
 
 def _note(
@@ -434,7 +284,7 @@ def _fit(
         head=_head(decision, full_report_url),
         tables=_lane_tables(decision),
         absent=None if absent is None else md(absent, None),
-        sections=[_section(cell, full_report_url) for cell in _attention_cells(decision)],
+        sections=[cell_section(cell, full_report_url) for cell in _attention_cells(decision)],
         undecided=_undecided_block(decision),
     )
     rows, sections = parts.row_count, len(parts.sections)

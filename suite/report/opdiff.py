@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from suite.core.records import OpChange
+from suite.core.decision_records import OpChange
 from suite.report.escape import md
 
 # The trace categories that become table entries: operators on the CPU, kernels on a device.

@@ -12,7 +12,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from suite.core.records import Cell, DecisionRecord, GateRecord, Row, SideEvidence
+from suite.core.decision_records import Cell, DecisionRecord, GateRecord, Row, SideEvidence
 from suite.report.escape import cap, one_line, plain
 
 GATE_ORDER = (
