@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -30,6 +31,10 @@ from suite.core.secrets import redact_text
 from suite.execute.indexes import Indexes
 from suite.github.outputs import step_outputs_on_error
 from suite.report import write_reports
+
+if TYPE_CHECKING:
+    from suite.core.decision_records import DecisionRecord
+    from suite.execute.prepared import PreparedSide
 
 
 @click.command(epilog=DECISION_EXIT_CODES)
@@ -97,38 +102,49 @@ def ab(
     github_step: bool,
 ) -> None:
     """Run the same cells on a baseline and a candidate torch, interleaved, and decide."""
-    with step_outputs_on_error(github_step, out):
-        _ab(
-            baseline, candidate, indexes, chosen, policy_file, policy_profile, rounds, out,
-            resume, no_traces, count, calibration_file, fmt, github_step,
-        )  # fmt: skip
-
-
-def _ab(
-    baseline: str,
-    candidate: str | None,
-    indexes: dict[str, Indexes],
-    chosen: CellChoice,
-    policy_file: Path | None,
-    policy_profile: str | None,
-    rounds: int | None,
-    out: Path | None,
-    resume: bool,
-    no_traces: bool,
-    count: bool,
-    calibration_file: Path | None,
-    fmt: str,
-    github_step: bool,
-) -> None:
     from suite.core.results import new_run_id
     from suite.execute.progress import Progress
-    from suite.execute.sides import parse, prepare
-    from suite.flows.ab import AbOptions, design_for, recorded_sides, run_ab
+    from suite.flows.ab import AbOptions, design_for, run_ab
     from suite.judge.policy import load_policy
 
-    policy = load_policy(policy_file, policy_profile)  # fixed before anything runs
-    matrix, cells, resolved = chosen.select()
-    warn_below_resolution(calibration_file, cells, lambda: policy)
+    with step_outputs_on_error(github_step, out):
+        policy = load_policy(policy_file, policy_profile)  # fixed before anything runs
+        matrix, cells, resolved = chosen.select()
+        warn_below_resolution(calibration_file, cells, lambda: policy)
+        baseline, candidate = _sides(baseline, candidate, out, resume)
+        out = out or Path("torch-matrix-runs") / f"ab-{new_run_id()}"
+        fresh_out(out, resume=resume, holds=("baseline/run.json", "candidate/run.json"))
+        base_side, cand_side = _prepare(baseline, candidate, out, indexes)
+        design = design_for(policy, rounds)
+        looks = ", ".join(str(n) for n in design.looks)
+        budget = f", budget {design.budget_s:g}s" if design.budget_s is not None else ""
+        click.echo(
+            f"torch-matrix {__version__}: {len(cells)} cells x 2 sides, looks at {looks} rounds"
+            f"{budget}, policy {policy.profile} ({policy.sha256[:12]}), out {out}",
+            err=True,
+        )
+        options = AbOptions(
+            out=out,
+            rounds=rounds,
+            timeout_s=chosen.timeout,
+            memory_limit_bytes=chosen.memory_limit_bytes,
+            progress=Progress(len(cells) * design.looks[0] * 2, stream=sys.stderr),
+            traces=not no_traces,
+            resume=resume,
+            count=count,
+        )
+        decision = run_ab(matrix, cells, resolved, base_side, cand_side, policy, options)
+        _echo_phases(decision)
+        write_reports(decision, out)
+        click.echo(f"decision: {decision['decision']} — reports in {out}", err=True)
+        finish_decision(decision, fmt, out=out, github_step=github_step)
+
+
+def _sides(baseline: str, candidate: str | None, out: Path | None, resume: bool) -> tuple[str, str]:
+    """The two sides to run: as given, or as recorded in --out when resuming; both parse."""
+    from suite.execute.sides import parse
+    from suite.flows.ab import recorded_sides
+
     if resume:
         if out is None:
             raise InputError("--resume needs the --out of the A/B to continue", option="--out")
@@ -139,41 +155,30 @@ def _ab(
         )
     parse(baseline, "baseline")
     parse(candidate, "candidate")
-    out = out or Path("torch-matrix-runs") / f"ab-{new_run_id()}"
-    fresh_out(out, resume=resume, holds=("baseline/run.json", "candidate/run.json"))
+    return baseline, candidate
+
+
+def _prepare(
+    baseline: str, candidate: str, out: Path, indexes: dict[str, Indexes]
+) -> tuple[PreparedSide, PreparedSide]:
+    from suite.execute.sides import prepare
+
     click.echo(f"preparing baseline {redact_text(baseline)} …", err=True)
     log = out / "prepare.log"
     base_side = prepare(baseline, "baseline", log=log, indexes=indexes["baseline"])
     click.echo(f"preparing candidate {redact_text(candidate)} …", err=True)
     cand_side = prepare(candidate, "candidate", log=log, indexes=indexes["candidate"])
-    design = design_for(policy, rounds)
-    looks = ", ".join(str(n) for n in design.looks)
-    budget = f", budget {design.budget_s:g}s" if design.budget_s is not None else ""
-    click.echo(
-        f"torch-matrix {__version__}: {len(cells)} cells x 2 sides, looks at {looks} rounds"
-        f"{budget}, policy {policy.profile} ({policy.sha256[:12]}), out {out}",
-        err=True,
-    )
-    options = AbOptions(
-        out=out,
-        rounds=rounds,
-        timeout_s=chosen.timeout,
-        memory_limit_bytes=chosen.memory_limit_bytes,
-        progress=Progress(len(cells) * design.looks[0] * 2, stream=sys.stderr),
-        traces=not no_traces,
-        resume=resume,
-        count=count,
-    )
-    decision = run_ab(matrix, cells, resolved, base_side, cand_side, policy, options)
+    return base_side, cand_side
+
+
+def _echo_phases(decision: DecisionRecord) -> None:
+    """Where the A/B's time went, phase by phase."""
     beside = decision.get("phases_beside", {})
     split = ", ".join(
         f"{k} {v:.0f} s" + (f" (beside {beside[k]})" if k in beside else "")
         for k, v in decision.get("phases", {}).items()
     )
     click.echo(f"phases: {split}", err=True)
-    write_reports(decision, out)
-    click.echo(f"decision: {decision['decision']} — reports in {out}", err=True)
-    finish_decision(decision, fmt, out=out, github_step=github_step)
 
 
 @click.command(epilog=CALIBRATE_EXIT_CODES)
