@@ -9,7 +9,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from suite.core.records import AccuracyCheck
 
 if TYPE_CHECKING:
     import torch
@@ -32,7 +34,7 @@ class AccuracyVerdict:
     k: float
     tol: float
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> AccuracyCheck:
         return {
             "passed": self.passed,
             "rmse_result": self.rmse_result,

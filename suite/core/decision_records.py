@@ -126,7 +126,6 @@ class SideEvidence(TypedDict, total=False):
     interpreter: str | None
     image: ImageRecord | None
     rounds: int
-    runs: list[dict[str, Any]]  # aggregate: the job runs it joined
 
 
 class PolicyEvidence(TypedDict, total=False):

@@ -79,16 +79,21 @@ class ImageRecord(TypedDict, total=False):
     recipe: dict[str, Any] | None
 
 
-class Failure(TypedDict):
+class _FailureFields(TypedDict):
     mode: FailureMode
     message: str
 
 
-class AccuracyCheck(TypedDict, total=False):
-    """One output's accuracy against an fp64 reference (suite/core/accuracy.py): passed when
-    its RMSE is within k x the reference's own RMSE + tol."""
+class Failure(_FailureFields, total=False):
+    """What stopped a cell: the mode the gates read, and what a reader needs to see why."""
 
-    label: str
+    exception_type: str | None
+    signal: str | None
+    exit_code: int | None
+    stderr_tail: str | None
+
+
+class _Accuracy(TypedDict, total=False):
     passed: bool
     dtype: str
     rmse_result: float
@@ -98,8 +103,17 @@ class AccuracyCheck(TypedDict, total=False):
     reference: str
 
 
-class Correctness(AccuracyCheck, total=False):
-    checks: list[AccuracyCheck]  # every output checked; the fields above are the worst's
+class AccuracyCheck(_Accuracy, total=False):
+    """One output's accuracy against an fp64 reference (suite/core/accuracy.py): passed when
+    its RMSE is within k x the reference's own RMSE + tol."""
+
+    label: str
+
+
+class Correctness(_Accuracy, total=False):
+    """A cell's accuracy: passed when every output is; the other fields are the worst's."""
+
+    checks: list[AccuracyCheck]
 
 
 class Disturbance(TypedDict):
@@ -134,6 +148,86 @@ class ThroughputRecord(TypedDict):
     value: float  # items/s at the median step, a copy for readers
 
 
+class TorchInfo(TypedDict, total=False):
+    """The torch a worker imported."""
+
+    version: str
+    git_version: str | None
+
+
+class SourceRecord(TypedDict, total=False):
+    """The workload a cell ran: its module, object, and the file with its sha256 as it ran."""
+
+    module: str
+    object: str
+    file: str | None
+    sha256: str | None
+
+
+# Peak memory of the memory pass (suite/worker/measure.py), above its starting baseline; the
+# functional form because one key, "pass", is a Python keyword.
+MemoryRecord = TypedDict(
+    "MemoryRecord",
+    {
+        "method": str,
+        "baseline_bytes": int | None,
+        "peak_bytes": int,
+        "samples": int,
+        "pass": Literal["memory"],
+        "calls": int,
+    },
+    total=False,
+)
+
+
+class NoiseRecord(TypedDict, total=False):
+    """The worker's own grade of its samples' spread (a copy; the gates derive their own)."""
+
+    relative_iqr: float
+    grade: Literal["ok", "noisy"]
+    threshold: float
+    samples: int
+    low_samples: bool
+
+
+class FallbackRecord(TypedDict, total=False):
+    """Ops that ran on the CPU instead of the backend (MPS, or a workload's own word)."""
+
+    enabled: bool
+    happened: bool
+    messages: list[str]
+
+
+class HarnessRecord(TypedDict, total=False):
+    """Where a worker's wall time went, and whether it was forked from a server."""
+
+    worker_wall_s: float
+    parent_wall_s: float
+    import_s: float
+    workload_s: float
+    timed_s: float
+    timer_overhead_s: float
+    forked: bool
+
+
+class ThreadsRecord(TypedDict, total=False):
+    """How the timed samples were threaded."""
+
+    intra_op: int
+    inter_op: int
+    affinity: list[int] | None
+    env: dict[str, str]
+
+
+class ProcessRecord(TypedDict, total=False):
+    """Process-level settings the worker ran with, as it read them (none is changed)."""
+
+    hash_seed: str | None
+    aslr: bool | None
+    transparent_hugepages: str | None
+    affinity: list[int] | None
+
+
 class Result(TypedDict, total=False):
     """One round of one cell, as its worker (or the parent, for a worker that left none) wrote
     it. The keys of result.schema.json's `required` are always there."""
@@ -150,23 +244,23 @@ class Result(TypedDict, total=False):
     started_at: str
     finished_at: str
     wall_s: float
-    torch: dict[str, Any] | None
-    source: dict[str, Any] | None
+    torch: TorchInfo | None
+    source: SourceRecord | None
     timing: TimingRecord | None
-    noise: dict[str, Any] | None
+    noise: NoiseRecord | None
     throughput: ThroughputRecord | None
-    memory: dict[str, Any] | None
+    memory: MemoryRecord | None
     correctness: Correctness | None
     metrics: dict[str, Any]
-    fallback: dict[str, Any] | None
-    harness: dict[str, Any] | None
-    threads: dict[str, Any] | None
+    fallback: FallbackRecord | None
+    harness: HarnessRecord | None
+    threads: ThreadsRecord | None
     image: ImageRecord | None
     ranks: list[dict[str, Any]]
     outputs: dict[str, Any] | None
     warnings: list[str]
     instructions: dict[str, Any] | None  # a counting process's (suite/execute/counting.py)
-    process: dict[str, Any]
+    process: ProcessRecord
     disturbed_repeats: int
 
 

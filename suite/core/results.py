@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from suite.core.errors import InputError, no_room
-from suite.core.records import Result, RunRecord
+from suite.core.records import FailureMode, Result, RunRecord, Status
 from suite.core.spec import CellSpec
 from suite.core.validation import load_document, validate
 
@@ -89,7 +89,7 @@ def tail(text: str, limit: int = STDERR_TAIL_CHARS) -> str:
     return text if len(text) <= limit else "…" + text[-limit:]
 
 
-def base_result(spec: CellSpec, run_id: str, round_no: int, started_at: str) -> dict[str, Any]:
+def base_result(spec: CellSpec, run_id: str, round_no: int, started_at: str) -> Result:
     return {
         "kind": "torch-matrix/result",
         "schema_version": 1,
@@ -123,8 +123,8 @@ def failure_result(
     run_id: str,
     round_no: int,
     *,
-    status: str,
-    mode: str,
+    status: Status,
+    mode: FailureMode,
     message: str,
     started_at: str,
     wall_s: float,
@@ -134,20 +134,18 @@ def failure_result(
     exception_type: str | None = None,
 ) -> Result:
     doc = base_result(spec, run_id, round_no, started_at)
-    doc.update(
-        status=status,
-        finished_at=utc_now(),
-        wall_s=wall_s,
-        failure={
-            "mode": mode,
-            "message": message,
-            "exception_type": exception_type,
-            "signal": signal,
-            "exit_code": exit_code,
-            "stderr_tail": tail(stderr) if stderr else None,
-        },
-    )
-    return cast(Result, doc)
+    doc["status"] = status
+    doc["finished_at"] = utc_now()
+    doc["wall_s"] = wall_s
+    doc["failure"] = {
+        "mode": mode,
+        "message": message,
+        "exception_type": exception_type,
+        "signal": signal,
+        "exit_code": exit_code,
+        "stderr_tail": tail(stderr) if stderr else None,
+    }
+    return doc
 
 
 def write_result(path: Path, doc: Mapping[str, Any]) -> None:

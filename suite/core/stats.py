@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any, TypedDict
+from typing import Any, Literal, TypedDict
 
 # A cell whose steady-state samples spread wider than this (IQR / median) grades itself noisy.
 NOISY_RELATIVE_IQR = 0.10
@@ -57,7 +57,9 @@ def summarize(samples: Sequence[float]) -> Summary:
     )
 
 
-def noise_grade(relative_iqr: float, threshold: float = NOISY_RELATIVE_IQR) -> str:
+def noise_grade(
+    relative_iqr: float, threshold: float = NOISY_RELATIVE_IQR
+) -> Literal["ok", "noisy"]:
     return "noisy" if relative_iqr > threshold else "ok"
 
 

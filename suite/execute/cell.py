@@ -13,7 +13,7 @@ from pathlib import Path
 
 from suite.core.backends import backend_entry
 from suite.core.errors import InputError
-from suite.core.records import Result
+from suite.core.records import FAILURE_MODES, FailureMode, Result, Status
 from suite.core.results import (
     cell_file,
     failure_result,
@@ -38,6 +38,8 @@ def _record_for_outcome(
     path_of_result: Path,
 ) -> Result:
     timeout = options.timeout_s or spec.timeout_s
+    status: Status
+    mode: FailureMode
     if outcome.timed_out:
         status, mode, message = (
             "timeout",
@@ -66,8 +68,12 @@ def _record_for_outcome(
         died = _torchrun_deaths(read_tail(log, 20000))
         parts, raised, raised_mode = _rank_failures(path_of_result)
         # A rank killed by a signal is the cause; the others' errors are its echo.
-        if raised in _PART_MODES and not outcome.timed_out and "(SIG" not in died:
-            status, mode, message = raised, raised_mode or _PART_MODES[raised], parts
+        # What a part file says is read, not trusted: a status or mode outside the
+        # vocabulary would make a record the schema refuses.
+        part = next((s for s in _PART_MODES if s == raised), None)
+        if part is not None and not outcome.timed_out and "(SIG" not in died:
+            said = next((m for m in FAILURE_MODES if m == raised_mode), _PART_MODES[part])
+            status, mode, message = part, said, parts
         else:
             message = "; ".join(m for m in (message, died, parts) if m)
     return failure_result(
@@ -102,7 +108,7 @@ def _torchrun_deaths(log_text: str) -> str:
 
 
 # A rank that raised says why in its part file; its status becomes the cell's.
-_PART_MODES = {
+_PART_MODES: dict[Status, FailureMode] = {
     "failed": "exception",
     "unsupported": "unsupported",
     "oom": "oom",

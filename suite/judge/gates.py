@@ -79,7 +79,11 @@ def status_gate(
 def _checks(records: Sequence[Record]) -> list[AccuracyCheck]:
     for record in records:
         if correctness := record.get("correctness"):
-            return list(correctness.get("checks") or [correctness])
+            if checks := correctness.get("checks"):
+                return list(checks)
+            # A record without its checks: the cell's own figures are its one check.
+            whole = {k: v for k, v in correctness.items() if k != "checks"}
+            return [cast(AccuracyCheck, whole)]
     return []
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from suite.core.backends import BackendEntry, backend_entry, backend_names
+from suite.core.records import MemoryRecord
 
 if TYPE_CHECKING:
     import torch
@@ -57,7 +58,7 @@ class MemoryTracker(ABC):
     @abstractmethod
     def stop(self) -> None: ...
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> MemoryRecord:
         from suite.worker.measure import MEMORY_PASS_CALLS
 
         return {
@@ -174,7 +175,7 @@ class CpuRssTracker(MemoryTracker):
         assert self.baseline_bytes is not None
         self.peak_bytes = peak - self.baseline_bytes
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> MemoryRecord:
         out = super().as_dict()
         out["method"] = "cpu-rss-hwm" if self._hwm_reset else "cpu-rss-sampled"
         return out

@@ -18,8 +18,8 @@ import types
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
+from suite.core.records import FailureMode, HarnessRecord, ImageRecord, Result, Status
 from suite.core.results import atomic_write_json, base_result, utc_now, write_result
 from suite.core.spec import CellSpec
 from suite.worker.backends import Backend, get, mps_fallback_enabled
@@ -55,7 +55,7 @@ def lacks_torch_api(exc: BaseException) -> bool:
     return False
 
 
-def _classify(exc: BaseException) -> tuple[str, str]:
+def _classify(exc: BaseException) -> tuple[Status, FailureMode]:
     """(status, failure mode) for an exception raised by a workload."""
     import torch
 
@@ -112,7 +112,7 @@ def _import_torch_s() -> float:
     return time.perf_counter() - t_import
 
 
-def _record_torch_and_image(doc: dict[str, Any]) -> None:
+def _record_torch_and_image(doc: Result) -> None:
     import torch
 
     from suite.core.host import IMAGE_DIGEST_VAR, IMAGE_REF_VAR
@@ -121,15 +121,17 @@ def _record_torch_and_image(doc: dict[str, Any]) -> None:
         "version": torch.__version__,
         "git_version": getattr(torch.version, "git_version", None),
     }
-    if os.environ.get(IMAGE_DIGEST_VAR):
-        doc["image"] = {
-            "reference": os.environ.get(IMAGE_REF_VAR),
-            "digest": os.environ.get(IMAGE_DIGEST_VAR),
-        }
+    digest = os.environ.get(IMAGE_DIGEST_VAR)
+    if digest:
+        image: ImageRecord = {"digest": digest}
+        reference = os.environ.get(IMAGE_REF_VAR)
+        if reference:
+            image["reference"] = reference
+        doc["image"] = image
 
 
 def _run_workload(
-    spec: CellSpec, backend: Backend, doc: dict[str, Any], result_path: Path
+    spec: CellSpec, backend: Backend, doc: Result, result_path: Path
 ) -> tuple[WorkerContext | None, list[warnings.WarningMessage]]:
     """Probe the backend and run the workload on it, recording in DOC its source and what
     stopped it. Returns its context (None where it never got one) and the warnings it raised."""
@@ -184,7 +186,7 @@ def _make_context(spec: CellSpec, backend: Backend, workload: Workload) -> Worke
     return ctx
 
 
-def _record_failure(doc: dict[str, Any], exc: BaseException) -> None:
+def _record_failure(doc: Result, exc: BaseException) -> None:
     import torch
 
     status, mode = _classify(exc)
@@ -202,7 +204,7 @@ def _record_failure(doc: dict[str, Any], exc: BaseException) -> None:
     }
 
 
-def _fail_on_correctness(doc: dict[str, Any]) -> None:
+def _fail_on_correctness(doc: Result) -> None:
     """A cell that ran but failed an accuracy check is failed."""
     if (
         doc["status"] == "ok"
@@ -218,7 +220,7 @@ def _fail_on_correctness(doc: dict[str, Any]) -> None:
 
 
 def _record_fallback(
-    doc: dict[str, Any], ctx: WorkerContext | None, caught: list[warnings.WarningMessage]
+    doc: Result, ctx: WorkerContext | None, caught: list[warnings.WarningMessage]
 ) -> None:
     """Whether any of the cell ran on the CPU: MPS's fallback warnings, or what it declared."""
     fallback_msgs = [str(w.message) for w in caught if _MPS_FALLBACK_MARKER in str(w.message)]
@@ -227,12 +229,13 @@ def _record_fallback(
         doc["fallback"] = {"enabled": True, "happened": False, "messages": []}
     declared = ctx.fallbacks if ctx is not None else []
     if doc["fallback"] is not None and (fallback_msgs or declared):
-        doc["fallback"].update(happened=True, messages=[*declared, *fallback_msgs][:20])
+        doc["fallback"]["happened"] = True
+        doc["fallback"]["messages"] = [*declared, *fallback_msgs][:20]
 
 
 def _harness_figures(
     ctx: WorkerContext | None, worker_start: float, import_s: float, workload_s: float
-) -> dict[str, Any]:
+) -> HarnessRecord:
     return {
         "worker_wall_s": time.perf_counter() - worker_start,
         "import_s": import_s,
@@ -244,7 +247,7 @@ def _harness_figures(
 
 
 def _keep_evidence(
-    doc: dict[str, Any], ctx: WorkerContext, round_no: int, result_path: Path, trace: Path | None
+    doc: Result, ctx: WorkerContext, round_no: int, result_path: Path, trace: Path | None
 ) -> None:
     """Save the cell's outputs beside the results and write its trace, when asked for."""
     # Keeping outputs and traces is evidence on top of the measurement: if it breaks, the

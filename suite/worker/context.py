@@ -12,6 +12,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from suite.core import accuracy, stats
+from suite.core.records import (
+    AccuracyCheck,
+    Correctness,
+    ProcessRecord,
+    Result,
+    ThreadsRecord,
+)
 from suite.core.spec import CellSpec
 from suite.worker.backends import Backend, MemoryTracker
 from suite.worker.counting import Counted, count_steps, steps_to_count
@@ -54,7 +61,7 @@ class WorkerContext(CellContext):
         self.tracker: MemoryTracker | None = None
         self.items_per_iter: float | None = None
         self.unit: str | None = None
-        self.checks: list[dict[str, Any]] = []
+        self.checks: list[AccuracyCheck] = []
         self.metrics: dict[str, dict[str, Any]] = {}
         self.warnings: list[str] = []
         self.fallbacks: list[str] = []
@@ -167,7 +174,7 @@ class WorkerContext(CellContext):
             shutil.rmtree(self._scratch, ignore_errors=True)
 
 
-def _correctness(checks: list[dict[str, Any]]) -> dict[str, Any] | None:
+def _correctness(checks: list[AccuracyCheck]) -> Correctness | None:
     """The cell passes only if every check passes; the worst check's numbers lead."""
     if not checks:
         return None
@@ -230,7 +237,7 @@ def save_outputs(ctx: WorkerContext, path: Path) -> dict[str, Any]:
     return {"file": str(path), "tensors": digest}
 
 
-def fill_measurements(doc: dict[str, Any], ctx: WorkerContext) -> None:
+def fill_measurements(doc: Result, ctx: WorkerContext) -> None:
     if ctx.timing is not None:
         timing = ctx.timing.as_dict()
         doc["timing"] = timing
@@ -263,7 +270,7 @@ def fill_measurements(doc: dict[str, Any], ctx: WorkerContext) -> None:
 _THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "KMP_AFFINITY")
 
 
-def process_settings() -> dict[str, Any]:
+def process_settings() -> ProcessRecord:
     """The process-level settings beside the thread counts that bear on timing noise: the hash
     seed, address randomization (personality's ADDR_NO_RANDOMIZE) and the machine's
     transparent huge pages. Measured with bench/noise_controls.py; none is changed here."""
@@ -286,7 +293,7 @@ def process_settings() -> dict[str, Any]:
     }
 
 
-def _threads() -> dict[str, Any]:
+def _threads() -> ThreadsRecord:
     """Thread counts and CPU affinity the timed samples ran with."""
     import torch
 

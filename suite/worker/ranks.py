@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from suite.core.records import Result
 from suite.core.results import atomic_write_json
 from suite.core.stats import timing_of
 from suite.worker.backends import Backend
@@ -34,27 +35,28 @@ def init_distributed(backend: Backend) -> None:
     dist.init_process_group(backend.entry.process_group, timeout=datetime.timedelta(seconds=300))
 
 
-def rank_part(doc: dict[str, Any], metrics: dict[str, Any], rank: int) -> dict[str, Any]:
+def rank_part(doc: Result, metrics: dict[str, Any], rank: int) -> dict[str, Any]:
     summary = timing_of(doc)
+    failure, memory = doc.get("failure"), doc.get("memory")
     return {
         "rank": rank,
         "status": doc["status"],
-        "failure": (doc.get("failure") or {}).get("message"),
-        "mode": (doc.get("failure") or {}).get("mode"),
+        "failure": failure["message"] if failure else None,
+        "mode": failure["mode"] if failure else None,
         "p50_s": summary["p50"] if summary else None,
-        "peak_bytes": (doc.get("memory") or {}).get("peak_bytes"),
+        "peak_bytes": memory.get("peak_bytes") if memory else None,
         "metrics": metrics,
     }
 
 
-def fail_rank(doc: dict[str, Any], metrics: dict[str, Any], result_path: Path) -> None:
+def fail_rank(doc: Result, metrics: dict[str, Any], result_path: Path) -> None:
     rank = rank_env()[0]
     atomic_write_json(rank_part_path(result_path, rank), rank_part(doc, metrics, rank))
     sys.stderr.flush()
     os._exit(1)
 
 
-def gather_ranks(doc: dict[str, Any], metrics: dict[str, Any], result_path: Path) -> bool:
+def gather_ranks(doc: Result, metrics: dict[str, Any], result_path: Path) -> bool:
     """Every rank writes its part; rank 0 folds them into the record. True on rank 0."""
     import json
 

@@ -18,6 +18,7 @@ from types import ModuleType
 from typing import Any
 
 from suite.core.errors import WorkloadError
+from suite.core.records import SourceRecord
 from suite.workloads.base import CellContext, Param, Skip, Unsupported, Workload
 
 __all__ = [
@@ -58,7 +59,7 @@ class Resolved:
     file: str | None
     sha256: str | None
 
-    def source(self) -> dict[str, Any]:
+    def source(self) -> SourceRecord:
         return {
             "module": self.module,
             "object": self.object,
