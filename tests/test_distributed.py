@@ -78,3 +78,41 @@ def test_a_part_left_half_written_by_a_killed_rank_is_removed(tmp_path: Path) ->
     said, status, mode = _rank_failures(result)
     assert (said, status, mode) == ("rank 1 failed: boom", "failed", "exception")
     assert list(result.parent.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("part_status", "part_mode", "status", "mode"),
+    [
+        ("oom", "oom", "oom", "oom"),
+        ("failed", "not-a-mode", "failed", "exception"),  # the status's own mode instead
+        ("on-fire", "exception", "crashed", "exit-code"),  # not a status: the exit decides
+    ],
+)
+def test_what_a_rank_says_enters_the_record_only_within_the_vocabulary(
+    tmp_path: Path, part_status: str, part_mode: str, status: str, mode: str
+) -> None:
+    """A part file is read, not trusted: its status and mode become the cell's only when the
+    record's vocabulary has them, so the record written is one its schema accepts."""
+    from suite.core.results import atomic_write_json
+    from suite.core.spec import CellSpec
+    from suite.core.validation import validate
+    from suite.execute.cell import _record_for_outcome
+    from suite.execute.environment import RunOptions
+    from suite.execute.launch import ProcessExit
+    from suite.worker.ranks import rank_part_path
+
+    spec = CellSpec("pair", "pair", (), "cpu", "smoke", ranks=2)
+    result = tmp_path / "cells" / f"{spec.cell_id}.json"
+    part = {"rank": 1, "status": part_status, "failure": "planted", "mode": part_mode}
+    atomic_write_json(rank_part_path(result, 1), part)
+    log = tmp_path / "cell.log"
+    log.write_text("")
+    outcome = ProcessExit(returncode=1, signal_name=None, timed_out=False, wall_s=1.0,
+                          maxrss_bytes=None)  # fmt: skip
+    doc = _record_for_outcome(
+        spec, "20261204T000000Z-abcdef", 0, RunOptions(out=tmp_path), outcome, log,
+        "2026-12-04T00:00:00Z", None, result,
+    )  # fmt: skip
+    assert (doc["status"], doc["failure"] and doc["failure"]["mode"]) == (status, mode)
+    assert f"rank 1 {part_status}: planted" in (doc["failure"] or {}).get("message", "")
+    validate(dict(doc), "torch-matrix/result", file=str(result))
