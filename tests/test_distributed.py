@@ -113,6 +113,8 @@ def test_what_a_rank_says_enters_the_record_only_within_the_vocabulary(
         spec, "20261204T000000Z-abcdef", 0, RunOptions(out=tmp_path), outcome, log,
         "2026-12-04T00:00:00Z", None, result,
     )  # fmt: skip
-    assert (doc["status"], doc["failure"] and doc["failure"]["mode"]) == (status, mode)
-    assert f"rank 1 {part_status}: planted" in (doc["failure"] or {}).get("message", "")
+    failure = doc["failure"]
+    assert failure is not None
+    assert (doc["status"], failure["mode"]) == (status, mode)
+    assert f"rank 1 {part_status}: planted" in failure["message"]
     validate(dict(doc), "torch-matrix/result", file=str(result))
