@@ -5,14 +5,16 @@ runs first. The token's own comments only, of every matrix; never a new comment.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from suite.github import upsert_comment
-from suite.github.banner import HeadRun, mark_comments
-from suite.github.comment import comment_body, shown
+from suite.github.banner import HeadRun, carried, mark_comments
+from suite.github.comment import comment_body, parse_time, shown
 from tests.fake_github import FakeGitHub, simple_user
 from tests.helpers import cli
 from tests.test_comment_renders import problems, read
@@ -41,7 +43,9 @@ def decided(fake: FakeGitHub, head: str, started: str, name: str = "nightly") ->
     decision: dict[str, Any] = make_decision()
     decision["source"] = {"base_sha": "0" * 40, "head_sha": head, "run_url": RUN_URL.format(1)}
     body = comment_body(decision, name=name, run_started_at=started)
-    out = upsert_comment(client_for(fake), REPO, PR, body, name=name, run_started_at=started)
+    out = upsert_comment(
+        client_for(fake), REPO, PR, body, name=name, run_started_at=started, carry=carried
+    )
     return out.comment_id
 
 
@@ -120,6 +124,32 @@ def test_an_earlier_runs_banner_never_replaces_a_later_ones(fake: FakeGitHub) ->
     assert "`cccccccccc`" not in body(fake, cid) and body(fake, cid).count("banner") == 1
 
 
+def test_an_earlier_runs_decision_keeps_the_banner_of_a_later_run(fake: FakeGitHub) -> None:
+    """Run 2 (head B) finishes after run 3 (head C) started: its decision replaces head A's, and
+    the comment still says that head C's run is under way; run 3's own decision then clears it."""
+    cid = decided(fake, HEAD_A, T1)
+    mark_comments(client_for(fake), REPO, PR, "running", run(T3, HEAD_C, 3))
+    decided(fake, HEAD_B, T2)
+    now = body(fake, cid)
+    assert shown(now).head == HEAD_B and shown(now).started_at == parse_time(T2)
+    assert first_visible(now).startswith("> **A run for head `cccccccccc` is in progress**")
+    assert problems(now) == [] and read(now).headings[0].startswith("torch-matrix: ADOPT")
+    decided(fake, HEAD_C, T3)
+    assert "in progress" not in body(fake, cid) and shown(body(fake, cid)).head == HEAD_C
+
+
+def test_a_decision_drops_a_banner_of_its_own_run_its_head_or_an_earlier_run(
+    fake: FakeGitHub,
+) -> None:
+    cid = decided(fake, HEAD_A, T1)
+    mark_comments(client_for(fake), REPO, PR, "running", run(T2, HEAD_B))
+    decided(fake, HEAD_B, T2)  # the banner's own run
+    assert "in progress" not in body(fake, cid)
+    mark_comments(client_for(fake), REPO, PR, "running", run(T3, HEAD_C, 3))
+    decided(fake, HEAD_C, T2)  # another run of the banner's head, started earlier
+    assert "in progress" not in body(fake, cid) and shown(body(fake, cid)).head == HEAD_C
+
+
 def test_every_matrix_comment_is_marked_and_none_is_created(fake: FakeGitHub) -> None:
     ids = [decided(fake, HEAD_A, T1, name=name) for name in ("pr-check", "nightly-gpu")]
     marks = mark_comments(client_for(fake), REPO, PR, "running", run(T2, HEAD_B))
@@ -149,3 +179,24 @@ def test_the_command_marks_and_refuses_what_it_cannot_tell(
         code, _, err = cli(*argv)
         assert code == 2 and fault in err, (argv, err)
     assert len(fake.calls("PATCH")) == 1
+
+
+def test_the_command_posting_a_decision_keeps_a_later_runs_banner(
+    fake: FakeGitHub, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    cid = decided(fake, HEAD_A, T1, name="default")
+    mark_comments(client_for(fake), REPO, PR, "running", run(T3, HEAD_C, 3))
+    decision: dict[str, Any] = make_decision()
+    decision["source"] = {"base_sha": "0" * 40, "head_sha": HEAD_B, "run_url": RUN_URL.format(2)}
+    file = tmp_path / "decision.json"
+    file.write_text(json.dumps(decision))
+    monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
+    monkeypatch.setenv("GITHUB_API_URL", fake.base_url)
+    code, out, err = cli(
+        "comment", "--decision", str(file), "--repo", REPO, "--pr", str(PR),
+        "--run-started-at", T2, "--name", "default",
+    )  # fmt: skip
+    assert code == 0 and "comment updated" in out, err
+    now = body(fake, cid)
+    assert shown(now).head == HEAD_B
+    assert first_visible(now).startswith("> **A run for head `cccccccccc` is in progress**")

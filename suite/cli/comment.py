@@ -54,6 +54,7 @@ def _post(
     conclusion: str | None,
 ) -> None:
     from suite.core.validation import load_document, validate_file
+    from suite.github.banner import carried
     from suite.github.client import GitHubClient
     from suite.github.comment import comment_body, parse_pr, parse_repo, upsert_comment
 
@@ -80,7 +81,9 @@ def _post(
     body = comment_body(
         decision, name=name, run_started_at=started, full_report_url=full_report_url
     )
-    outcome = upsert_comment(client, repo, pr, body, name=name, run_started_at=started)
+    outcome = upsert_comment(
+        client, repo, pr, body, name=name, run_started_at=started, carry=carried
+    )
     click.echo(f"comment {outcome.action}: {plain(outcome.url)}")
     if outcome.deleted:
         click.echo(f"deleted duplicate comments: {', '.join(map(str, outcome.deleted))}")

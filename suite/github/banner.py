@@ -11,7 +11,9 @@ The banner is a hidden marker line (state, the run's start, its head) and one qu
 between the comment's header and its report. Which banner wins does not depend on the order in
 which the two events' jobs run: a comment that shows this run's decision or a later run's, or
 whose head is the run's own, is left alone; a later run's banner is never replaced by an earlier
-run's; and "ended" is never turned back into "running" for the same run.
+run's; and "ended" is never turned back into "running" for the same run. When an earlier run's
+decision replaces a comment that carries a later run's banner (the earlier run finished after
+the later one started), the banner stays above the new decision (`carried`).
 """
 
 from __future__ import annotations
@@ -137,6 +139,20 @@ def with_banner(comment: Shown, state: State, run: HeadRun) -> str:
     if _current(report) is not None:
         report = report[3:] if len(report) > 2 and report[2] == "" else report[2:]
     return "\n".join([*comment.header, banner(state, run).rstrip("\n"), "", *report])
+
+
+def carried(previous: str, text: str) -> str:
+    """TEXT, a decision's new comment, with the banner of PREVIOUS (the comment it replaces)
+    kept where that banner speaks of a run that started after the decision's run and of
+    another head: the new decision is still an earlier head's while that run is under way, or
+    after it ended deciding nothing."""
+    old, new = shown(previous), shown(text)
+    now = _current(old.report)
+    if now is None or new.started_at is None or now.started_at <= new.started_at:
+        return text
+    if now.head is not None and new.head is not None and _same_commit(now.head, new.head):
+        return text
+    return "\n".join([*new.header, *old.report[:2], "", *new.report])
 
 
 def mark_comments(

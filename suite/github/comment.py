@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -208,10 +209,13 @@ def upsert_comment(
     name: str,
     run_started_at: str,
     author: str | None = None,
+    carry: Callable[[str, str], str] | None = None,
 ) -> CommentOutcome:
     """Create, update or leave this matrix's comment on the PR; collapse duplicates.
 
     author skips the lookup of the token's own account when the caller already knows it.
+    carry(previous body, new text) may keep a part of the comment it replaces (a later run's
+    banner: suite/github/banner.py), as long as the text still fits.
     """
     owner, repo_name = parse_repo(repo)
     number = parse_pr(pr)
@@ -245,6 +249,9 @@ def upsert_comment(
         return CommentOutcome("skipped-newer", int(newest[1]["id"]), str(newest[1]["html_url"]))
 
     keep, extra = mine[0], mine[1:]
+    if carry is not None:
+        kept = carry(str(keep.get("body") or ""), text)
+        text = kept if len(kept) <= GITHUB_BODY_LIMIT else text
     action: Action = "unchanged"
     if "\n".join(_lines(str(keep.get("body") or ""))) != text:
         client.patch(f"{base}/comments/{keep['id']}", {"body": text})
