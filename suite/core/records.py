@@ -40,6 +40,8 @@ Severity = Literal["hard", "soft", "budget", "required", "info"]
 Lane = Literal["production", "prototype"]
 Undecided = Literal["noise", "budget", "rounds"]
 Size = Literal["smoke", "full"]
+Role = Literal["baseline", "candidate"]
+DigestKind = Literal["repo-digest", "image-id"]
 
 STATUSES: tuple[Status, ...] = get_args(Status)
 RUN_STATUSES: tuple[RunStatus, ...] = get_args(RunStatus)
@@ -50,6 +52,7 @@ DECISIONS: tuple[Decision, ...] = get_args(Decision)
 SEVERITIES: tuple[Severity, ...] = get_args(Severity)
 LANES: tuple[Lane, ...] = get_args(Lane)
 SIZES: tuple[Size, ...] = get_args(Size)
+ROLES: tuple[Role, ...] = get_args(Role)
 
 # Statuses of a cell that ran and broke (as opposed to one that was skipped or unsupported).
 FAILED_STATUSES: tuple[Status, ...] = ("failed", "crashed", "timeout", "oom")
@@ -66,7 +69,7 @@ class ImageRecord(TypedDict, total=False):
 
     reference: str
     digest: str
-    digest_kind: Literal["repo-digest", "image-id"]
+    digest_kind: DigestKind
     id: str
     tag: str | None
     base: str | None
@@ -274,6 +277,7 @@ class _RunCellFields(TypedDict):
 
 class RunCell(_RunCellFields, total=False):
     sha256: str | None  # of the record file as written: --resume keeps only a file that has it
+    disturbed: list[str]  # the records of this round set aside as disturbed, then rerun
 
 
 class RunRecord(TypedDict, total=False):
@@ -294,7 +298,7 @@ class RunRecord(TypedDict, total=False):
     options: dict[str, Any]
     interpreter: str
     label: str
-    side: Literal["baseline", "candidate"]
+    side: Role
     policy: dict[str, Any]
     prepared_s: float
     environment: dict[str, Any]

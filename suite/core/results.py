@@ -160,7 +160,7 @@ def read_result(path: Path) -> Result:
     return cast(Result, doc)
 
 
-def write_run(path: Path, doc: dict[str, Any]) -> None:
+def write_run(path: Path, doc: RunRecord) -> None:
     validate(doc, "torch-matrix/run", file=str(path))
     atomic_write_json(path, doc)
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from suite.core.errors import EnvironmentProblem, InputError
 from suite.core.host import ENV_PREFIXES, IMAGE_DIGEST_VAR, IMAGE_REF_VAR
+from suite.core.records import DigestKind
 from suite.core.secrets import withheld, without_secrets
 from suite.execute import shell
 from suite.execute.devices import device_flags, device_options
@@ -269,7 +270,8 @@ def prepare_docker(spec: str, role: str) -> PreparedSide:
     repo_digest = _pick_digest(image.attrs.get("RepoDigests") or [], reference)
     # An image built here and never pushed has no registry digest; its id is a content digest
     # too (of its config), valid on this machine and on any that loads the same image.
-    digest, kind = (repo_digest, "repo-digest") if repo_digest else (image.id, "image-id")
+    kind: DigestKind = "repo-digest" if repo_digest else "image-id"
+    digest = repo_digest or image.id
     torch = labels.get(LABEL_TORCH)
     backend = labels.get(LABEL_BACKEND)
     base = labels.get(LABEL_BASE)

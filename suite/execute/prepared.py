@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
+from suite.core.records import ImageRecord
 from suite.execute.indexes import Indexes
 from suite.execute.launch import Launcher, run_process
 
@@ -19,5 +19,5 @@ class PreparedSide:
     kind: str  # "current", "python", "requirement", "docker"
     launcher: Launcher = run_process
     # docker sides: reference, digest, the recipe and suite labels (suite/execute/docker.py)
-    image: dict[str, Any] | None = None
+    image: ImageRecord | None = None
     indexes: Indexes = field(default_factory=Indexes)  # where a requirement side's torch came from

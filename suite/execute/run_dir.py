@@ -13,7 +13,7 @@ from typing import Any
 
 from suite import __version__
 from suite.core.errors import EnvironmentProblem, InputError, warn
-from suite.core.records import Result, RunRecord
+from suite.core.records import Result, RunCell, RunRecord
 from suite.core.results import INPUTS_DIR, cell_file, read_result, read_run, utc_now
 from suite.core.spec import CellSpec
 from suite.execute.environment import RunOptions, suite_commit
@@ -96,7 +96,7 @@ def prepare_dir(run_dir: Path) -> None:
         stale.unlink(missing_ok=True)
 
 
-def pending_entry(run_dir: Path, cell_id: str, round_no: int) -> dict[str, Any]:
+def pending_entry(run_dir: Path, cell_id: str, round_no: int) -> RunCell:
     """run.json's entry of a round not run yet."""
     return {
         "cell_id": cell_id,
@@ -115,7 +115,7 @@ def new_run_doc(
     run_id: str,
     environment: dict[str, Any],
     existing: RunRecord | None,
-) -> dict[str, Any]:
+) -> RunRecord:
     """A new run.json, or the one of EXISTING resumed: its run id and start kept."""
     commit, dirty = suite_commit()
     resumed = [*existing.get("resumed_at", []), utc_now()] if existing else []

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from suite.core.records import FAILED_STATUSES, Result
+from suite.core.records import FAILED_STATUSES, Result, RunCell, RunRecord, RunStatus
 from suite.core.results import (
     DISTURBED_DIR,
     cell_file,
@@ -62,7 +62,7 @@ class Run:
         cells: Sequence[CellSpec],
         resolved: dict[str, Resolved],
         environment: dict[str, Any] | None = None,
-        extra: dict[str, Any] | None = None,
+        extra: RunRecord | None = None,
     ) -> None:
         self.options = options
         self.dir = options.out
@@ -84,7 +84,7 @@ class Run:
         )
         self.torch_version = self.environment["torch"]["version"]
         self.run_id = existing["run_id"] if existing else (options.run_id or new_run_id())
-        self.doc: dict[str, Any] = new_run_doc(
+        self.doc: RunRecord = new_run_doc(
             matrix, options, cells, resolved, self.run_id, self.environment, existing
         )
         self.doc.update(extra or {})
@@ -159,14 +159,13 @@ class Run:
         """Worker wall time of the rounds so far, as the records state it."""
         return math.fsum(record_wall_s(d) for d in self._records.values()) + self._aside_s
 
-    def _entry(self, spec: CellSpec, round_no: int) -> dict[str, Any]:
+    def _entry(self, spec: CellSpec, round_no: int) -> RunCell:
         key = (spec.cell_id, round_no)
         if key not in self._index:  # rounds added look by look
             entry = pending_entry(self.dir, spec.cell_id, round_no)
             self.doc["cells"].append(entry)
             self._index[key] = entry
-        entry_found: dict[str, Any] = self._index[key]
-        return entry_found
+        return self._index[key]
 
     def _check_source(self, spec: CellSpec, doc: Result, path: Path) -> Result:
         """A cell whose workload file is not the one this run recorded (edited mid-run, or not
@@ -231,11 +230,10 @@ class Run:
                 doc = self._check_source(spec, doc, path)
         # The parent's view of the cell's wall time: process start and teardown included.
         harness = doc.get("harness") or {}
-        self._entry(spec, round_no).update(
-            status=doc["status"],
-            wall_s=harness.get("parent_wall_s", doc["wall_s"]),
-            sha256=record_digest(path),
-        )
+        entry = self._entry(spec, round_no)
+        entry["status"] = doc["status"]
+        entry["wall_s"] = harness.get("parent_wall_s", doc["wall_s"])
+        entry["sha256"] = record_digest(path)
         self._records[(spec.cell_id, round_no)] = doc
         write_run(self.path, self.doc)
         return doc, reused
@@ -258,8 +256,9 @@ class Run:
         )
         return trace if trace.is_file() else None
 
-    def finish(self, status: str = "complete") -> None:
-        self.doc.update(status=status, finished_at=utc_now())
+    def finish(self, status: RunStatus = "complete") -> None:
+        self.doc["status"] = status
+        self.doc["finished_at"] = utc_now()
         write_run(self.path, self.doc)
 
     def close(self) -> None:

@@ -23,6 +23,7 @@ from typing import Any
 from suite.core.decision_records import Cell, DecisionRecord, RollbackRecord
 from suite.core.errors import InputError
 from suite.core.loaded import LoadedRun
+from suite.core.records import ROLES, Role, RunRecord
 from suite.core.results import read_run
 from suite.core.secrets import redact_text
 from suite.core.spec import CellSpec
@@ -137,9 +138,10 @@ def run_ab(
         check_resumable(options.out, identity)
     phases = Phases({"prepare": baseline.prepared_s + candidate.prepared_s})
     phases.begin("setup")
-    sides = {"baseline": baseline, "candidate": candidate}
+    sides: dict[str, PreparedSide] = {"baseline": baseline, "candidate": candidate}
     runs: dict[str, Run] = {}
-    for role, side in sides.items():
+    for role in ROLES:
+        side = sides[role]
         run_options = _side_options(matrix, resolved, role, side, options)
         extra = _side_extra(role, side, policy, identity, design)
         runs[role] = Run(matrix, options=run_options, cells=cells, resolved=resolved, extra=extra)
@@ -201,12 +203,12 @@ def _side_options(
 
 
 def _side_extra(
-    role: str,
+    role: Role,
     side: PreparedSide,
     policy: Policy,
     identity: dict[str, Any],
     design: Design,
-) -> dict[str, Any]:
+) -> RunRecord:
     """What one side's run.json holds beyond a plain run's: its side, the policy, the A/B."""
     ab: dict[str, Any] = {
         "spec": redact_text(side.spec),
@@ -218,7 +220,7 @@ def _side_extra(
             "index_url": redact_text(side.indexes.index_url or "") or None,
             "extra_index_urls": [redact_text(u) for u in side.indexes.extra_index_urls],
         }
-    extra = {
+    extra: RunRecord = {
         "label": side.label,
         "side": role,
         "prepared_s": side.prepared_s,

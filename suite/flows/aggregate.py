@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
 
 from suite.core.decision_records import DecisionRecord, RollbackRecord
 from suite.core.errors import InputError
 from suite.core.loaded import LoadedRun
+from suite.core.records import Role
 from suite.flows.compare import decide
 from suite.judge.decision import decision_record
 from suite.judge.policy import Policy
@@ -74,5 +74,5 @@ def aggregate(jobs: Sequence[Path], policy: Policy, *, notes: Sequence[str] = ()
     )
 
 
-def _joined(decisions: Sequence[DecisionRecord], side: Literal["baseline", "candidate"]) -> str:
+def _joined(decisions: Sequence[DecisionRecord], side: Role) -> str:
     return ", ".join(d[side]["run_id"] for d in decisions)

@@ -12,6 +12,7 @@ from typing import Any
 
 from suite.core.backends import backend_names
 from suite.core.errors import InputError, WorkloadError, warn
+from suite.core.records import SIZES, MatrixEvidence, Size
 from suite.core.spec import CellSpec
 from suite.core.validation import load_spec_document, validate
 from suite.core.yamlsafe import load_yaml
@@ -37,13 +38,13 @@ class Matrix:
     name: str
     file: str
     sha256: str
-    profile: str
+    profile: Size
     backends: tuple[str, ...]
     timeout_s: float
     entries: list[Entry]
     runners: dict[str, list[str]] = field(default_factory=dict)
 
-    def evidence(self) -> dict[str, str]:
+    def evidence(self) -> MatrixEvidence:
         return {"file": self.file, "sha256": self.sha256, "name": self.name}
 
 
@@ -51,7 +52,15 @@ def default_matrix_text() -> str:
     return resources.files("suite.data").joinpath("default-matrix.yaml").read_text("utf-8")
 
 
-def _size(doc: dict[str, Any], file: str) -> str:
+def size_named(text: str, **where: str) -> Size:
+    """The problem size TEXT names; anything else is an input error at WHERE."""
+    found = next((s for s in SIZES if s == text), None)
+    if found is None:
+        raise InputError(f"size {text!r} is not one of {', '.join(SIZES)}", **where)
+    return found
+
+
+def _size(doc: dict[str, Any], file: str) -> Size:
     """The problem size: `size:`; `profile:` is its old spelling, which still works."""
     size, old = doc.get("size"), doc.get("profile")
     if old is not None:
@@ -62,7 +71,7 @@ def _size(doc: dict[str, Any], file: str) -> str:
                 path="$.profile",
             )
         warn(f"{file}::$.profile is deprecated for the problem size: write `size: {old}`")
-    return str(size or old or "smoke")
+    return size_named(str(size or old or "smoke"), file=file, path="$.size")
 
 
 def _from_doc(doc: Any, file: str, sha256: str) -> Matrix:
@@ -122,7 +131,7 @@ def select(
         name=matrix.name,
         file=matrix.file,
         sha256=matrix.sha256,
-        profile=profile or matrix.profile,
+        profile=size_named(profile, option="--size") if profile else matrix.profile,
         backends=tuple(backends) if backends else matrix.backends,
         timeout_s=matrix.timeout_s,
         entries=entries,
