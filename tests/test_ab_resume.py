@@ -46,11 +46,11 @@ def _records(out: Path, role: str) -> dict[int, Path]:
     return found
 
 
-def _kill_at(out: Path, hold_at: int, limit_s: float = 240.0) -> None:
-    """Run the A/B until worker number `hold_at` holds, then SIGKILL the A/B."""
+def _kill_at(out: Path, hold_at: str, limit_s: float = 240.0) -> None:
+    """Run the A/B until the worker at `hold_at` (FOLDER:ROUND) holds, then SIGKILL the A/B."""
     hold = out.parent / "hold"
     hold.mkdir()
-    env = {**os.environ, HOLD_DIR: str(hold), HOLD_AT: str(hold_at)}
+    env = {**os.environ, HOLD_DIR: str(hold), HOLD_AT: hold_at}
     proc = subprocess.Popen(_ab(out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     deadline = time.monotonic() + limit_s
     try:
@@ -65,11 +65,11 @@ def _kill_at(out: Path, hold_at: int, limit_s: float = 240.0) -> None:
         proc.wait(30)
 
 
-# Workers start in this order: round r runs baseline then candidate when r is even, the other
+# Where each case kills the A/B. Round r runs baseline then candidate when r is even, the other
 # way round when odd; after the rounds, the rollback rehearsal runs the cell once more.
-MID_ROUND = 5  # round 2's second side (the candidate): the baseline's record is in
-BETWEEN = 8  # round 4's first side: rounds 0-3 whole, nothing of round 4 written
-ROLLBACK = 2 * ROUNDS  # the rehearsal, after every round and the checkpoint checks
+MID_ROUND = "candidate:2"  # round 2's second side: the baseline's record is in
+BETWEEN = "baseline:4"  # round 4's first side: rounds 0-3 whole, nothing of round 4 written
+ROLLBACK = "rehearsal:0"  # the rehearsal, after every round and the checkpoint checks
 
 
 def _no_stray_processes(out: Path) -> None:
@@ -107,7 +107,7 @@ def _environ(entry: Path) -> str:
     ids=["mid-round", "between-rounds", "rollback"],
 )
 def test_killed_ab_resumes_every_round_once(
-    tmp_path: Path, hold_at: int, whole_rounds: int
+    tmp_path: Path, hold_at: str, whole_rounds: int
 ) -> None:
     out = tmp_path / "ab"
     _kill_at(out, hold_at)
