@@ -58,8 +58,9 @@ if TYPE_CHECKING:
     "--rounds",
     type=click.IntRange(min=1),
     default=None,
-    help="A fixed design: exactly N interleaved rounds and one look at N. Default: the "
-    "policy's looks (more rounds only for cells whose timing gates are undecided).",
+    help="A fixed design: exactly N interleaved rounds and one look at N, whatever the "
+    "policy's time budget. Default: the policy's looks (more rounds only for cells whose "
+    "timing gates are undecided, within the budget).",
 )
 @click.option(
     "--out",

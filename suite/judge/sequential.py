@@ -65,8 +65,11 @@ class Design:
         return self.looks[-1]
 
     def fixed(self, rounds: int) -> Design:
-        """The same levels with a single look at `rounds` (a fixed design)."""
-        return replace(self, looks=(rounds,))
+        """The same levels with a single look at `rounds` (a fixed design): exactly that many
+        rounds, so no time budget, which belongs to the sequential looks, can take them away
+        (on a slower or busier runner the budget would end the rounds earlier, and the same
+        command would judge fewer rounds on one machine than on the next)."""
+        return replace(self, looks=(rounds,), budget_s=None)
 
     def as_dict(self) -> dict[str, object]:
         return {
