@@ -3,6 +3,7 @@ made for it), or a path to an interpreter that already has torch."""
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -79,6 +80,17 @@ def venv_for(
     another index is another venv and another token is not; pip gets them in its environment."""
     indexes = indexes or Indexes()
     venv = venv_path(requirement, python, indexes)
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    # Two runs on one runner (two jobs, two A/Bs) may want the same venv at once: the second
+    # waits for the first's build instead of removing it half-made as an unfinished one.
+    with open(venv.parent / f"{venv.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _build_venv(venv, requirement, python, indexes, log)
+
+
+def _build_venv(
+    venv: Path, requirement: str, python: str, indexes: Indexes, log: Path | None
+) -> tuple[Path, float]:
     shown = redact_text(requirement)
     ready = venv / ".torch-matrix-ready"
     if ready.is_file():
@@ -86,7 +98,6 @@ def venv_for(
     start = time.perf_counter()
     if venv.exists():
         shutil.rmtree(venv)  # an earlier build that did not finish
-    venv.parent.mkdir(parents=True, exist_ok=True)
     pip = [str(_venv_python(venv)), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
     steps = [[python, "-m", "venv", str(venv)], [*pip, requirement, *WORKER_REQUIREMENTS]]
     env = {**os.environ, **indexes.pip_env()}
