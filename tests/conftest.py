@@ -2,19 +2,29 @@
 
 With TORCH_MATRIX_NO_SKIPS=1 (set by .ci/run) a skipped test fails instead, unless it skipped
 for hardware this machine cannot have: a tool missing from CI is coverage lost, not a skip.
+
+Under pytest-xdist (.ci/run runs two workers, `-n 2 --dist loadgroup`): the tests that use the
+Docker daemon or act run one after another on one worker (they build and remove images of one
+tag, and share act's action cache); a test marked `alone` runs with no other test of the suite
+beside it, since its assertions read timed rounds that a busy neighbour would disturb.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import re
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import cli, planted
+from tests.helpers import THREADS_ENV, cli, planted
+
+os.environ.update(THREADS_ENV)  # before any test module imports torch (tests/helpers.py)
 
 
 @pytest.fixture(scope="session")
@@ -62,3 +72,40 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if getattr(report, "wasxfail", None) is None and not HARDWARE.search(reason):
         report.outcome = "failed"
         report.longrepr = f"skipped in CI, where every tool the tests need is installed: {reason}"
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("docker") is not None or item.module.__name__.endswith(
+            "test_act_e2e"
+        ):
+            item.add_marker(pytest.mark.xdist_group("docker"))
+
+
+@contextlib.contextmanager
+def _turn(item: pytest.Item) -> Iterator[None]:
+    """A readers-writer lock across the xdist workers: every test holds it shared, a test
+    marked `alone` exclusively. The turnstile keeps a waiting `alone` test from being overtaken
+    by the other worker's next tests."""
+    workerinput = getattr(item.config, "workerinput", None)
+    if workerinput is None:  # not under xdist: nothing runs beside it
+        yield
+        return
+    folder = Path(tempfile.gettempdir()) / f"torch-matrix-tests-{workerinput['testrunuid']}"
+    folder.mkdir(exist_ok=True)
+    alone = item.get_closest_marker("alone") is not None
+    with open(folder / "turnstile", "w") as turnstile, open(folder / "tests", "w") as tests:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        fcntl.flock(tests, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        fcntl.flock(turnstile, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(tests, fcntl.LOCK_UN)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    with _turn(item):
+        yield

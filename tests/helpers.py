@@ -15,6 +15,14 @@ PLANTED = TESTS / "plugins" / "planted.py"
 REPO = TESTS.parent
 SHARED_REFS = REPO.parent / "shared" / "refs"
 
+# One intra-op thread for every torch the tests start (this process's, each worker's, and each
+# container's, which is forwarded OMP_NUM_THREADS): a worker then leaves a CPU spare, so one
+# other busy process — a shared runner's neighbour, a CPU hog beside CI — is not a disturbance
+# (suite/worker/measure.py counts only what exceeds the spare CPUs), and a test that needs its
+# timed rounds gets them on a busy machine as on a quiet one. The rounds that a planted busy
+# process disturbs (tests/test_disturbed.py) share the worker's own CPU, and still are.
+THREADS_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
 
 def planted(name: str) -> str:
     return f"{PLANTED}:{name}"

@@ -14,12 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from suite.core.results import cell_file
+from suite.core.results import cell_file, disturbed, read_result
 from suite.core.validation import validate_file
 from tests.helpers import PLANTED
 from tests.plugins.resume_planted import HOLD_AT, HOLD_DIR
 
 ROUNDS = 6
+SIDES = ("baseline", "candidate")
 CELL = "counted@cpu"
 WORKLOAD = f"{PLANTED.parent / 'resume_planted.py'}:Counted"
 
@@ -46,7 +47,7 @@ def _records(out: Path, role: str) -> dict[int, Path]:
     return found
 
 
-def _kill_at(out: Path, hold_at: str, limit_s: float = 240.0) -> None:
+def _kill_at(out: Path, hold_at: str, limit_s: float = 900.0) -> None:
     """Run the A/B until the worker at `hold_at` (FOLDER:ROUND) holds, then SIGKILL the A/B."""
     hold = out.parent / "hold"
     hold.mkdir()
@@ -162,7 +163,13 @@ def test_killed_ab_resumes_every_round_once(
         g for c in decision["cells"] if c["cell_id"] == CELL for g in c["gates"]
         if g["gate"] == "latency_p50"
     )  # fmt: skip
-    assert latency["rounds"] == ROUNDS
+    # Every whole round reaches the latency gate but those another process disturbed on either
+    # side, which it leaves out and says so: all six on a quiet machine, fewer on a busy one.
+    calm = [
+        r for r in range(ROUNDS)
+        if not any(disturbed(read_result(cell_file(out / side, CELL, r))) for side in SIDES)
+    ]  # fmt: skip
+    assert latency.get("rounds", 0) == len(calm), latency["message"]
 
     # The decision is the one the records give: judged again from the two run directories.
     again = subprocess.run(

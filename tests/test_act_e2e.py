@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 
 from tests.fake_github import FakeGitHub
-from tests.helpers import REPO
+from tests.helpers import REPO, THREADS_ENV
 from tests.plugins.team_bench import FAIL_VAR
 
 pytestmark = pytest.mark.slow
@@ -212,8 +212,10 @@ def _act(
     }
     for key, value in {**fallback, **env}.items():
         argv += ["--env", f"{key}={value}"]
-    if "TORCH_MATRIX_COUNT" in os.environ:  # counting off unless a test asks (conftest.py)
-        argv += ["--env", f"TORCH_MATRIX_COUNT={os.environ['TORCH_MATRIX_COUNT']}"]
+    # Counting off unless a test asks, and the workers' one thread (tests/conftest.py).
+    for key in ("TORCH_MATRIX_COUNT", *THREADS_ENV):
+        if key in os.environ:
+            argv += ["--env", f"{key}={os.environ[key]}"]
     with open(log, "w") as fh:
         proc = subprocess.run(
             argv, cwd=repo, stdout=fh, stderr=subprocess.STDOUT, timeout=1500, check=False

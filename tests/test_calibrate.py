@@ -281,6 +281,7 @@ def test_calibrate_refuses_too_few_rounds_and_an_existing_file(tmp_path: Path) -
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # every one of its 4 timed rounds must be undisturbed
 def test_calibrate_then_plan_warns_end_to_end(tmp_path: Path) -> None:
     out = tmp_path / "calibration.json"
     code, stdout, err = cli(

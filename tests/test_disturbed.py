@@ -90,6 +90,7 @@ def test_a_round_still_disturbed_is_left_out_of_the_timing_gates() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # the disturbance is the planted one alone
 def test_an_a_a_with_a_busy_process_in_rounds_2_to_6_reruns_them_and_fails_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

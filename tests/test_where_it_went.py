@@ -14,7 +14,7 @@ import pytest
 
 from tests.helpers import TESTS, cli
 
-pytestmark = [pytest.mark.slow, pytest.mark.counting]
+pytestmark = [pytest.mark.slow, pytest.mark.counting, pytest.mark.alone]  # latency must fail
 PLUGIN = f"{TESTS / 'plugins' / 'counted_mm.py'}:CountedMm"
 POLICY = """\
 version: 1
