@@ -9,20 +9,22 @@
 #      into a cache outside the repository
 #   4. per torch version, `torch-matrix image build --backend cpu` on that base from those
 #      wheels, with --network none, smoke-tested (2.14.1 from PyPI is a CUDA build; it runs on
-#      the CPU, its nvidia-* wheels included)
+#      the CPU, its nvidia-* wheels included); steps 3 and 4 of the versions run side by side
 # Prints each step's duration; the last stdout line is
 #   export TORCH_MATRIX_TEST_BASE=BASE TORCH_MATRIX_TEST_WHEELS=WHEEL_CACHE
 #          TORCH_MATRIX_TEST_IMAGE=TAG_OF_THE_FIRST TORCH_MATRIX_TEST_IMAGE_CANDIDATE=TAG_OF_THE_SECOND
 # and the same assignments go to $GITHUB_ENV when that is set.
-# env: TORCH_VERSIONS ("2.13.0 2.14.1": baseline, then candidate; one version builds one image),
+# env: TORCH_VERSIONS ("2.13.0 2.14.1": baseline, then candidate; one version builds one image;
+#      empty: no image, the engine and the base only),
 #      WHEEL_CACHE (~/.cache/torch-matrix/wheels). Tags are torch-matrix/cpu:torch-VERSION-KEY,
 #      KEY naming the recipe and the suite (suite/execute/images.py). Needs the suite installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore DEBIAN_FRONTEND=noninteractive
 
-read -r -a versions <<<"${TORCH_VERSIONS:-2.13.0 2.14.1}"
-[ "${#versions[@]}" -ge 1 ] || { echo "docker-setup: TORCH_VERSIONS is empty" >&2; exit 2; }
+# Unset: the pin pair. Set but empty: the engine and the base alone (.ci/run starts them beside
+# the Python installs, then calls this again for the images, whose steps before are then quick).
+read -r -a versions <<<"${TORCH_VERSIONS-2.13.0 2.14.1}"
 WHEEL_CACHE="${WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/torch-matrix/wheels}"
 
 step_start=0
@@ -67,9 +69,12 @@ for req in project["project"]["dependencies"] + optional["export"] + project["bu
 PY
 )
 
-tags=()
-for torch_version in "${versions[@]}"; do
-    cache="$WHEEL_CACHE/torch-${torch_version}"
+# One pipeline per version (wheels, then the image), the versions side by side: a build is
+# mostly one core's pip install and the other's layer export, and the two overlap well on two
+# cores. Each pipeline's progress goes to its own file, printed whole when it is done.
+pipeline() {
+    local torch_version="$1" cache="$WHEEL_CACHE/torch-$1"
+    local log="/tmp/docker-build-cpu-$1.log" record="/tmp/docker-build-cpu-$1.json"
 
     step "wheels for torch==${torch_version} into ${cache}"
     mkdir -p "$cache"
@@ -84,16 +89,36 @@ for torch_version in "${versions[@]}"; do
     # The same builder the reusable workflow runs: the image is labelled with this checkout's
     # suite, built offline from the wheels, and smoke-tested (compile, AOTInductor) before use.
     step "torch-matrix image build: cpu, torch ${torch_version} (offline: --network none)"
-    log="/tmp/docker-build-cpu-${torch_version}.log"
-    record="/tmp/docker-build-cpu-${torch_version}.json"
     rm -f "$record"
     python3 -m suite image build --backend cpu --torch "$torch_version" --base "$base_image" \
         --wheel-dir "$cache" --no-pull --log "$log" --record "$record" >/dev/null \
         || { tail -40 "$log" >&2; exit 1; }
+    local tag
     tag="$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["tag"])' "$record")"
     echo "   $tag: $(docker image inspect --format '{{.Id}} {{.Size}} bytes' "$tag")" >&2
     done_step
-    tags+=("$tag")
+}
+
+if [ "${#versions[@]}" -eq 0 ]; then
+    echo "export TORCH_MATRIX_TEST_BASE=${base_image}"
+    exit 0
+fi
+
+pids=()
+for torch_version in "${versions[@]}"; do
+    pipeline "$torch_version" 2>"/tmp/docker-setup-$torch_version.progress" &
+    pids+=($!)
+done
+failed=0
+for i in "${!versions[@]}"; do
+    wait "${pids[$i]}" || failed=1
+    cat "/tmp/docker-setup-${versions[$i]}.progress" >&2
+done
+[ "$failed" -eq 0 ] || { echo "docker-setup: an image did not build (above)" >&2; exit 1; }
+tags=()
+for torch_version in "${versions[@]}"; do
+    tags+=("$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["tag"])' \
+        "/tmp/docker-build-cpu-${torch_version}.json")")
 done
 
 # The base and the wheels too: the end-to-end test builds the same images in the workflow's
