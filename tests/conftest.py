@@ -4,9 +4,11 @@ With TORCH_MATRIX_NO_SKIPS=1 (set by .ci/run) a skipped test fails instead, unle
 for hardware this machine cannot have: a tool missing from CI is coverage lost, not a skip.
 
 Under pytest-xdist (.ci/run runs two workers, `-n 2 --dist loadgroup`): the tests marked
-`docker` run one after another on one worker (they build, tag and remove images), and so do the
-act tests (one action cache); a test marked `alone` runs with no other test of the suite beside
-it, since its assertions read timed rounds that a busy neighbour would disturb.
+`docker` and the act tests run one after another on one worker, since they build, tag and
+remove images (the act bench job builds the pins' images again under the CI images' tags, with
+other labels: a docker test beside it saw its image's tag move to another image id); a test
+marked `alone` runs with no other test of the suite beside it, since its assertions read timed
+rounds that a busy neighbour would disturb.
 """
 
 from __future__ import annotations
@@ -77,9 +79,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if item.module is not None and item.module.__name__.endswith("test_act_e2e"):
-            item.add_marker(pytest.mark.xdist_group("act"))
-        elif item.get_closest_marker("docker") is not None:
+        act = item.module is not None and item.module.__name__.endswith("test_act_e2e")
+        if act or item.get_closest_marker("docker") is not None:
             item.add_marker(pytest.mark.xdist_group("docker"))
 
 
