@@ -79,7 +79,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        act = item.module is not None and item.module.__name__.endswith("test_act_e2e")
+        module = getattr(item, "module", None)  # a Function's; other items have none
+        act = module is not None and module.__name__.endswith("test_act_e2e")
         if act or item.get_closest_marker("docker") is not None:
             item.add_marker(pytest.mark.xdist_group("docker"))
 
