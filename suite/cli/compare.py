@@ -106,6 +106,26 @@ def compare(
 )
 @click.option("--base-sha", metavar="SHA", help="The base commit, named in the report's head.")
 @click.option("--head-sha", metavar="SHA", help="The head commit, named in the report's head.")
+@click.option(
+    "--plan",
+    "plan_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="The plan the jobs were made from (the strategy matrix `plan` printed, as JSON): every "
+    "planned cell that no job reported is untested with the reason, and the decision is then "
+    "at least defer.",
+)
+@click.option(
+    "--jobs-result",
+    metavar="RESULT",
+    help="What the workflow says of the bench jobs (needs.bench.result), named beside a job "
+    "that did not report.",
+)
+@click.option(
+    "--pins",
+    nargs=2,
+    metavar="BASELINE CANDIDATE",
+    help="With --plan: the two torch pins, named in the decision when no job reported.",
+)
 @format_option
 @github_step_option
 @handles_errors
@@ -119,17 +139,29 @@ def aggregate(
     full_report_url: str | None,
     base_sha: str | None,
     head_sha: str | None,
+    plan_file: Path | None,
+    jobs_result: str | None,
+    pins: tuple[str, str] | None,
     fmt: str,
     github_step: bool,
 ) -> None:
-    """Join the results of many ab jobs (baseline/ beside candidate/) into one decision."""
+    """Join the results of many ab jobs (baseline/ beside candidate/) into one decision.
+
+    With --plan, the results are checked against the jobs and cells the plan made: a job that
+    failed, was cancelled or timed out, or a cell missing from a job's results, is untested
+    with the reason, and never adopt."""
+    from suite.flows.accounting import load_plan
+    from suite.flows.aggregate import Planned, job_dirs
     from suite.flows.aggregate import aggregate as join
-    from suite.flows.aggregate import job_dirs
     from suite.judge.policy import load_policy
 
     with step_outputs_on_error(github_step, out):
         policy = load_policy(policy_file, policy_profile)
-        decision = join(job_dirs(roots), policy, notes=notes)
+        planned = None
+        if plan_file is not None:
+            planned = Planned(load_plan(plan_file), jobs_result, pins or ("unknown", "unknown"))
+        found = job_dirs(roots, required=planned is None)
+        decision = join(found, policy, notes=notes, planned=planned)
         source: Source = {}  # what the report's first lines name: commits and run
         if base_sha:
             source["base_sha"] = base_sha

@@ -8,20 +8,23 @@ branch's, so a pull request cannot loosen its own thresholds — and joins them.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from suite.core.decision_records import DecisionRecord, RollbackRecord
+from suite.core.decision_records import DecisionRecord, RollbackRecord, SideEvidence
 from suite.core.errors import InputError
 from suite.core.loaded import LoadedRun
 from suite.core.records import Role
+from suite.flows.accounting import PlannedJob, account, unplanned_jobs
 from suite.flows.compare import decide
 from suite.judge.decision import decision_record
 from suite.judge.policy import Policy
 from suite.judge.rollback import judge_rollback
 
 
-def job_dirs(roots: Sequence[Path]) -> list[Path]:
-    """Every folder below the roots that holds both baseline/run.json and candidate/run.json."""
+def job_dirs(roots: Sequence[Path], *, required: bool = True) -> list[Path]:
+    """Every folder below the roots that holds both baseline/run.json and candidate/run.json.
+    required: none found is an error (without a plan, nothing would be judged)."""
     found: list[Path] = []
     for root in roots:
         if not root.exists():
@@ -30,7 +33,7 @@ def job_dirs(roots: Sequence[Path]) -> list[Path]:
             job = run.parent.parent
             if (job / "candidate" / "run.json").is_file() and job not in found:
                 found.append(job)
-    if not found:
+    if not found and required:
         raise InputError(
             "holds no job results (baseline/run.json beside candidate/run.json)",
             file=", ".join(map(str, roots)),
@@ -46,9 +49,36 @@ def job_name(job: Path) -> str:
     return job.name.removeprefix("torch-matrix-job-")
 
 
-def aggregate(jobs: Sequence[Path], policy: Policy, *, notes: Sequence[str] = ()) -> DecisionRecord:
+@dataclass(frozen=True)
+class Planned:
+    """What the aggregate checks the results against: the plan's jobs, what the workflow says
+    of them (needs.bench.result), and the pins, named when no job reported at all."""
+
+    jobs: Sequence[PlannedJob]
+    jobs_result: str | None = None
+    pins: tuple[str, str] = ("unknown", "unknown")
+
+
+def aggregate(
+    jobs: Sequence[Path],
+    policy: Policy,
+    *,
+    notes: Sequence[str] = (),
+    planned: Planned | None = None,
+) -> DecisionRecord:
+    if planned is not None:
+        stray = unplanned_jobs(planned.jobs, [job_name(j) for j in jobs])
+        notes = [
+            *notes,
+            *(
+                f"results of job {n}, which this run's plan does not hold, were not judged"
+                for n in stray
+            ),
+        ]
+        jobs = [j for j in jobs if job_name(j) not in stray]
     decisions: list[DecisionRecord] = []
     rollbacks: dict[str, RollbackRecord] = {}
+    reported: dict[str, set[str]] = {}
     for job in jobs:
         checks, rollback = judge_rollback(job, policy)  # judged again, under this policy
         name = job_name(job)
@@ -58,20 +88,32 @@ def aggregate(jobs: Sequence[Path], policy: Policy, *, notes: Sequence[str] = ()
         if rollback is not None:
             rollbacks[name] = rollback
         base, cand = LoadedRun.load(job / "baseline"), LoadedRun.load(job / "candidate")
+        reported[name] = {*base.results, *cand.results}
         decisions.append(decide(base, cand, policy, extra_cells=checks))
-    first = decisions[0]
+    missing, unreported = (
+        account(planned.jobs, reported, policy, planned.jobs_result) if planned else ([], [])
+    )
     worst = max(rollbacks.values(), key=lambda r: r.get("duration_s", 0.0)) if rollbacks else None
+    first = decisions[0] if decisions else None
     return decision_record(
         policy,
-        [cell for d in decisions for cell in d["cells"]],
-        matrix=first["matrix"],
-        baseline={**first["baseline"], "run_id": _joined(decisions, "baseline")},
-        candidate={**first["candidate"], "run_id": _joined(decisions, "candidate")},
+        [*(cell for d in decisions for cell in d["cells"]), *missing],
+        matrix=first["matrix"] if first else None,  # type: ignore[arg-type]
+        baseline=_side(decisions, "baseline", planned),
+        candidate=_side(decisions, "candidate", planned),
         differences=[diff for d in decisions for diff in d["comparable"]["differences"]],
         mismatches=sorted({m for d in decisions for m in d["policy"]["mismatches"]}),
         notes=notes,
         rollback={**worst, "jobs": rollbacks} if worst is not None else None,
+        unreported=unreported,
     )
+
+
+def _side(decisions: Sequence[DecisionRecord], side: Role, planned: Planned | None) -> SideEvidence:
+    if decisions:
+        return {**decisions[0][side], "run_id": _joined(decisions, side)}
+    pin = (planned.pins if planned else ("unknown", "unknown"))[side == "candidate"]
+    return {"label": side, "run_id": "none: no job reported", "torch": pin, "dir": ""}
 
 
 def _joined(decisions: Sequence[DecisionRecord], side: Role) -> str:

@@ -21,7 +21,7 @@ from suite.core.loaded import LoadedRun
 from suite.core.records import MatrixEvidence, Result
 from suite.core.results import utc_now
 from suite.core.validation import validate
-from suite.judge.policy import Policy
+from suite.judge.policy import Policy, decision_rank
 from suite.judge.registry import evaluate_cell
 from suite.judge.rules import apply_rules, overall
 from suite.judge.sequential import Design
@@ -182,11 +182,18 @@ def decision_record(
     mismatches: Sequence[str],
     notes: Sequence[str] = (),
     rollback: RollbackRecord | None = None,
+    unreported: Sequence[str] = (),
 ) -> DecisionRecord:
     """decision.json, built here alone (compare, ab and aggregate): the policy's rules applied to
-    the cells, the overall decision, and its reasons, then schema-checked."""
+    the cells, the overall decision, and its reasons, then schema-checked. unreported: what was
+    planned and never reported (a bench job, a cell); the decision is then at least defer,
+    whatever the policy says of the untested cells, and those lines come first."""
     rows = apply_rules(policy, cells)
     decision, reasons = overall(rows, cells)
+    if unreported:
+        if decision_rank(decision) < decision_rank("defer"):
+            decision = "defer"
+        reasons = [*unreported, *reasons]
     if differences:
         reasons.append(not_comparable(differences))
     reasons.extend(mismatches)

@@ -25,7 +25,11 @@ def decision_rank(decision: Decision) -> int:
 
 
 def worst(decisions: Sequence[Decision]) -> Decision:
-    return max(decisions, key=decision_rank, default="adopt")
+    """The worst of one or more decisions. Nothing decided is no decision: an empty list is
+    a caller's error, never a silent adopt."""
+    if not decisions:
+        raise ValueError("worst() of no decisions")
+    return max(decisions, key=decision_rank)
 
 
 @dataclass(frozen=True)

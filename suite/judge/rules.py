@@ -42,7 +42,8 @@ def _gate_decision(policy: Policy, cell: Cell, gate: GateRecord, tally: _RowTall
         for r in policy.rules
         if r.matches(gate_obj, gate["verdict"], fleet=fleet, lane=cell["lane"])
     ]
-    decision = worst([r.decision for r in matched])
+    # No rule matched: nothing this policy says stands in the way of this verdict.
+    decision = worst([r.decision for r in matched]) if matched else "adopt"
     gate["decision"] = decision
     if matched and decision != "adopt":
         # The most specific rule of the worst decision explains it best.
@@ -109,6 +110,11 @@ def overall(rows: Sequence[Row], cells: Sequence[Cell] = ()) -> tuple[Decision, 
     profile lets inconclusive and untested soft gates through, and a headline of "pass"
     would then claim evidence that was never taken.
     """
+    judged = _judged(cells) if cells else len(rows)
+    if not rows or not judged:
+        # Nothing measured on both sides is no evidence of anything: never adopt on it.
+        what = "no cell ran" if not rows else "every gate of every cell is untested or unsupported"
+        return "defer", [f"nothing was judged: {what}", *timing_lines(cells)]
     decision = worst([r["decision"] for r in rows])
     if decision == "adopt":
         reasons = [_adopt_line(rows)]
@@ -123,6 +129,17 @@ def overall(rows: Sequence[Row], cells: Sequence[Cell] = ()) -> tuple[Decision, 
                     + (f" (+{more} more)" if more > 0 else "")
                 )
     return decision, reasons + timing_lines(cells)
+
+
+def _judged(cells: Sequence[Cell]) -> int:
+    """How many cells of the matrix (not the rollback checks beside it) have a gate that settled
+    either way."""
+    settled = {*_DECIDED, "fixed", "new-failure"}
+    return sum(
+        1
+        for cell in cells
+        if cell["workload"] != "rollback" and any(g["verdict"] in settled for g in cell["gates"])
+    )
 
 
 def _adopt_line(rows: Sequence[Row]) -> str:
