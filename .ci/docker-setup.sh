@@ -11,7 +11,7 @@
 #      wheels, with --network none, smoke-tested (2.14.1 from PyPI is a CUDA build; it runs on
 #      the CPU, its nvidia-* wheels included); steps 3 and 4 of the versions run side by side
 # Prints each step's duration; the last stdout line is
-#   export TORCH_MATRIX_TEST_BASE=BASE TORCH_MATRIX_TEST_WHEELS=WHEEL_CACHE
+#   export TORCH_MATRIX_TEST_BASE=BASE@sha256:ID TORCH_MATRIX_TEST_WHEELS=WHEEL_CACHE
 #          TORCH_MATRIX_TEST_IMAGE=TAG_OF_THE_FIRST TORCH_MATRIX_TEST_IMAGE_CANDIDATE=TAG_OF_THE_SECOND
 # and the same assignments go to $GITHUB_ENV when that is set.
 # env: TORCH_VERSIONS ("2.13.0 2.14.1": baseline, then candidate; one version builds one image;
@@ -52,6 +52,9 @@ done_step
 
 step "build the offline base image"
 base_image="$(as_root images/base/build-offline-base.sh | tail -n 1)"
+# Imported, never pushed: no registry digest, so the base is pinned by its image id, and a build
+# refuses it if the tag has been moved to another image since (suite/execute/bases.py).
+base_image="${base_image}@$(docker image inspect --format '{{.Id}}' "$base_image")"
 echo "   base: $base_image" >&2
 done_step
 

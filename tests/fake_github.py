@@ -121,10 +121,14 @@ class FakeGitHub:
         login: str = "matrix-bot",
         installation: bool = False,
         app_slug: str | None = None,
+        app_readable: bool = True,
     ) -> None:
         self.token, self.prefix = token, prefix.rstrip("/")
         # An installation token cannot read /user, and what it writes is by "<slug>[bot]".
+        # app_readable False: /app is refused even for an app_slug, as for an app's
+        # installation token, so the comments' bot cannot be read from the API.
         self.installation, self.app_slug = installation, app_slug
+        self.app_readable = app_readable
         bot = f"{app_slug or 'github-actions'}[bot]"
         self.viewer = simple_user(bot, 41898282, "Bot") if installation else simple_user(login, 7)
         self.requests: list[Recorded] = []
@@ -219,7 +223,7 @@ class FakeGitHub:
                 return 403, {}, {**denied, "documentation_url": DOCS}, None
             return 200, {}, self.viewer, None
         if rec.method == "GET" and path == "/app":
-            if self.app_slug is None:
+            if self.app_slug is None or not self.app_readable:
                 message = "A JSON web token could not be decoded"
                 return 401, {}, {"message": message, "documentation_url": DOCS}, None
             return 200, {}, {"id": 9, "slug": self.app_slug, "name": self.app_slug}, None

@@ -71,6 +71,22 @@ BUMP = (
 
 
 IMAGE_INPUTS = ("TORCH_MATRIX_TEST_BASE", "TORCH_MATRIX_TEST_WHEELS")
+PLANTED_SAID = "said by the planted suite/__main__.py"
+# Where the head's planted code would leave its mark, were it ever imported by a job.
+PLANTED_MARK = Path(os.environ.get("TMPDIR", "/tmp")) / f"torch-matrix-planted-{os.getpid()}"
+_MARK = f"open({str(PLANTED_MARK)!r}, 'a').write(__file__ + '\\n')\n"
+HOSTILE = {
+    # python -m suite in the checkout would run this in place of torch-matrix
+    "suite/__main__.py": _MARK + f"print('decision=adopt', {PLANTED_SAID!r})\n",
+    "suite/__init__.py": _MARK,
+    # imported at start-up by any Python whose sys.path holds the checkout
+    "sitecustomize.py": _MARK,
+    "usercustomize.py": _MARK,
+    "torch_matrix_planted.pth": f"import os; {_MARK}",
+}
+KILLER = "plugins/kill_job.py:KillJob"  # a workload that SIGKILLs its job's ab process
+PLANTED_RAISE = 'raise RuntimeError(f"planted failure under torch {torch.__version__}")'
+INDEX_SECRET = "idx-e2e-S3cret-0123456789"
 PLUGIN = "plugins/team_bench.py"
 PUBLISHED = "torch-matrix/torch-matrix"  # the repository a caller names in uses:
 LATER = "the action of a later commit ran"
@@ -98,6 +114,16 @@ def published(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     return src, pinned
 
 
+def _pinned_to(example: str, commit: str) -> str:
+    """An example caller with its pin (a commit of torch-matrix's own history) replaced by
+    commit, the one these tests publish."""
+    pinned, count = re.subn(
+        r"(torch-matrix(?:-comment)?\.yml)@[0-9a-f]{40}\b", rf"\g<1>@{commit}", example
+    )
+    assert count == 1, example
+    return pinned
+
+
 def _caller(
     tmp: Path,
     pinned: str,
@@ -107,17 +133,20 @@ def _caller(
     sides: str = "venv",
     python: str = "",
     drop_plugin: bool = False,
+    plugins: tuple[str, ...] = (),
+    hostile: bool = False,
 ) -> tuple[Path, str, str]:
     """A calling repository whose base commit holds files[0] and whose head commit files[1],
     calling both workflows at commit `pinned`. With sides images, the bench job builds both
     pins' images offline, and the matrix holds a team's plugin (tests/plugins/team_bench.py)
-    beside sdpa; drop_plugin removes it from the head's matrix."""
+    beside sdpa; drop_plugin removes it from the head's matrix. plugins: more workloads of the
+    base matrix (PATH:OBJECT of tests/plugins files). hostile: the head also plants code where
+    a job could run it and edits the team's plugin to pass (HOSTILE)."""
     repo = tmp / "caller"
     (repo / ".github" / "workflows").mkdir(parents=True)
     comment = (REPO / "examples" / "github" / "torch-matrix-comment.yml").read_text()
-    assert "torch-matrix-comment.yml@v1" in comment
     (repo / ".github" / "workflows" / "torch-matrix-comment.yml").write_text(
-        comment.replace("torch-matrix-comment.yml@v1", f"torch-matrix-comment.yml@{pinned}")
+        _pinned_to(comment, pinned)
     )
     inputs = (
         "    with:\n      matrix-file: .github/torch-matrix.yml\n"
@@ -135,10 +164,16 @@ def _caller(
         matrix += f"  - workload: {PLUGIN}:TeamBench\n"
         (repo / "plugins").mkdir()
         shutil.copy(REPO / "tests" / "plugins" / "team_bench.py", repo / PLUGIN)
+    for ref in plugins:
+        (repo / "plugins").mkdir(exist_ok=True)
+        name = ref.split(":")[0]
+        shutil.copy(REPO / "tests" / name, repo / name)
+        matrix += f"  - workload: {ref}\n"
     (repo / ".github" / "workflows" / "pr.yml").write_text(
         "name: torch-matrix PR\non: pull_request\npermissions:\n  contents: read\njobs:\n"
         f"  torch-matrix:\n    uses: {PUBLISHED}/.github/workflows/torch-matrix.yml@{pinned}\n"
         + inputs
+        + "    secrets:\n      index-env: ${{ secrets.TORCH_MATRIX_INDEX_ENV }}\n"
     )
     (repo / ".github" / "torch-matrix.yml").write_text(matrix)
     shutil.copy(
@@ -157,6 +192,13 @@ def _caller(
         (repo / ".github" / "torch-matrix.yml").write_text(
             matrix.split(f"  - workload: {PLUGIN}")[0]
         )
+    if hostile:
+        for name, text in HOSTILE.items():
+            (repo / name).parent.mkdir(parents=True, exist_ok=True)
+            (repo / name).write_text(text)
+        plugin = (repo / PLUGIN).read_text()
+        assert PLANTED_RAISE in plugin
+        (repo / PLUGIN).write_text(plugin.replace(PLANTED_RAISE, "pass  # always passes now"))
     _git(repo, "-c", "user.email=t@e", "-c", "user.name=t", "add", "-A")
     _git(repo, "-c", "user.email=t@e", "-c", "user.name=t", "commit", "-qm", message)
     head = _git(repo, "rev-parse", "HEAD")
@@ -168,6 +210,9 @@ def _caller(
 # still resolves every action of a job before it starts: a stand-in that fails if it ever ran
 # answers for them.
 OFFLINE = {
+    # the checkout of another commit than the event's, which act would fetch (offline, the
+    # workflow copies the local repository and moves it to that commit instead)
+    "actions/checkout@11bd71901bbe5b1630ceea73d27597364c9af683",
     "actions/upload-artifact@ea165f8d65b6e75b540449e92b4886f43607fa02",
     "actions/download-artifact@d3f86a106a0bac45b974a628896c90dbdf5c8093",
 }
@@ -199,6 +244,8 @@ def _act(
         f"{PUBLISHED}@{pinned}={REPO}",  # the workflow files act reads (commit A's)
         "-s",
         f"GITHUB_TOKEN={TOKEN}",
+        "-s",
+        f"TORCH_MATRIX_INDEX_ENV=INDEX_TOKEN={INDEX_SECRET}",
     ]
     for action in sorted(OFFLINE):
         argv += ["--local-repository", f"{action}={stand_in}"]
@@ -248,6 +295,8 @@ def _pull_request(
     env: dict[str, str] | None = None,
     python: str = "",
     drop_plugin: bool = False,
+    plugins: tuple[str, ...] = (),
+    hostile: bool = False,
 ) -> tuple[int, dict[str, Any], dict[str, str], Path]:
     """act on a pull_request event for a caller whose head changes files[0] to files[1]: the
     exit code, the payload, the environment and the local artifacts folder."""
@@ -255,8 +304,9 @@ def _pull_request(
         [sys.executable, "-m", "venv", "--system-site-packages", str(tmp_path / "venv")], check=True
     )
     _, base, head = _caller(
-        tmp_path, published[1], files, message, sides=sides, python=python, drop_plugin=drop_plugin
-    )
+        tmp_path, published[1], files, message, sides=sides, python=python,
+        drop_plugin=drop_plugin, plugins=plugins, hostile=hostile,
+    )  # fmt: skip
     artifacts = tmp_path / "artifacts"
     pr = _example(index, "pull_request", lambda x: x["action"] == "opened")
     pr["pull_request"]["base"]["sha"] = base
@@ -284,8 +334,9 @@ def _job_lines(log: str, job: str) -> list[str]:
 def test_an_unreadable_lock_runs_the_matrix_and_says_so(
     tmp_path: Path, published: tuple[Path, str]
 ) -> None:
-    """Also: the runner's Python is one PEP 668 marks as externally managed (Debian's), which
-    has no torch. The action's environment of its own installs there; only the bench job
+    """Also: one of the two bench jobs dies (a workload SIGKILLs its ab): the decision names the
+    job and is not adopt. And the runner's Python is one PEP 668 marks as externally managed
+    (Debian's), which has no torch. The action's environment of its own installs there; only the bench job
     installs torch (2.13.0, held by PIP_CONSTRAINT), the plan and aggregate jobs none."""
     index = _needs_act()
     managed = Path("/usr/bin/python3")
@@ -308,7 +359,7 @@ def test_an_unreadable_lock_runs_the_matrix_and_says_so(
     )
     code, _, _, artifacts = _pull_request(
         tmp_path, index, published, files, "Relock", python=str(managed),
-        env={"PIP_CONSTRAINT": str(constraint)},
+        env={"PIP_CONSTRAINT": str(constraint)}, plugins=(KILLER,),
     )  # fmt: skip
     log = (tmp_path / "act-pr.log").read_text()
     torch_wheel = re.compile(
@@ -328,10 +379,50 @@ def test_an_unreadable_lock_runs_the_matrix_and_says_so(
     assert decision["candidate"]["torch"].startswith("2.13.0")  # what could be read
     assert any("torch pin unknown: uv.lock (head)" in r for r in decision["reasons"])
     assert any(
-        r.startswith("not planned, no runners named: cuda (1 cell)") for r in decision["reasons"]
+        r.startswith("not planned, no runners named: cuda (2 cells)") for r in decision["reasons"]
     )
     assert {c["backend"] for c in decision["cells"] if c["workload"] != "rollback"} == {"cpu"}
     assert (code == 0) == (decision["decision"] in ("adopt", "isolate")), log[-3000:]
+    # The job whose ab process was killed reported nothing for its cell: that cell is untested
+    # with the job named, and the decision is not adopt whatever the other job showed.
+    (lost,) = [c for c in decision["cells"] if c["workload"] == "kill_job"]
+    (status,) = lost["gates"]
+    assert status["verdict"] == "untested", status
+    job = re.search(r"job (cpu-\d+)", status["message"])
+    assert job, status["message"]
+    assert decision["decision"] != "adopt" and code != 0
+    assert decision["reasons"][0].startswith(status["message"]), decision["reasons"]
+    report = (decision_file.parent / "decision.md").read_text().replace("\\", "")
+    assert f"job {job[1]}" in report
+
+
+class _LoopbackIndex:
+    """A package index on 127.0.0.1 that answers 404 to everything and keeps each request's
+    line and headers: what a host a pull request names would learn."""
+
+    def __enter__(self) -> _LoopbackIndex:
+        import http.server
+        import threading
+
+        heard: list[str] = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                heard.append(f"{self.requestline}\n{self.headers}")
+                self.send_error(404)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.heard = heard
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
 
 
 def _images(job: Path) -> dict[str, dict[str, Any]]:
@@ -345,16 +436,34 @@ def _images(job: Path) -> dict[str, dict[str, Any]]:
 def test_pull_request_to_sticky_comment(tmp_path: Path, published: tuple[Path, str]) -> None:
     """The fleet path: the images built in the bench job, every cell inside them, both digests in
     the decision, and the comment's docker run line reproducing the planted failure when pasted
-    into bash in the downloaded results artifact. The pull request also drops the failing
-    plugin from its matrix: the base branch's matrix runs it anyway, and the decision says so."""
+    into bash in the downloaded results artifact.
+
+    The pull request changes more than the pin, as a hostile one would: it drops the failing
+    plugin from its matrix, edits that plugin to always pass, plants suite/__main__.py (printing
+    decision=adopt), sitecustomize.py, usercustomize.py and a .pth, and adds an index on a
+    loopback server that names the index secret. The base branch's matrix and plugin run (the
+    planted failure still fails), none of the planted code runs, the server never sees the
+    secret, and the decision and comment name each change as not run or not trusted."""
     index = _needs_act(images=True)
     planted = {FAIL_VAR: "2.14"}  # the team's plugin fails under the candidate's torch only
-    code, pr, env, artifacts = _pull_request(
-        tmp_path, index, published, BUMP, "Bump torch to 2.14.1", sides="images", env=planted,
-        drop_plugin=True,
-    )  # fmt: skip
+    PLANTED_MARK.unlink(missing_ok=True)
+    with _LoopbackIndex() as server:
+        moved = "http://__token__:${INDEX_TOKEN}@" + f"127.0.0.1:{server.port}/simple"
+        bump = (
+            BUMP[0],
+            {"requirements.txt": f"--extra-index-url {moved}\n{BUMP[1]['requirements.txt']}"},
+        )
+        code, pr, env, artifacts = _pull_request(
+            tmp_path, index, published, bump, "Bump torch to 2.14.1", sides="images",
+            env=planted, drop_plugin=True, hostile=True,
+        )  # fmt: skip
+        heard = list(server.heard)
     repo = tmp_path / "caller"
     log = (tmp_path / "act-pr.log").read_text()
+    assert not PLANTED_MARK.exists(), PLANTED_MARK.read_text()  # no planted code ever ran
+    assert PLANTED_SAID not in log
+    assert INDEX_SECRET not in log
+    assert not [h for h in heard if INDEX_SECRET in h or "authorization" in h.lower()], heard
     decision_file = artifacts / "torch-matrix-comment~pr-check" / "decision.json"
     assert decision_file.is_file(), log[-6000:]
     decision = json.loads(decision_file.read_text())
@@ -382,6 +491,19 @@ def test_pull_request_to_sticky_comment(tmp_path: Path, published: tuple[Path, s
     assert failing["baseline_status"] == "ok" and failing["workload"] == "team_bench"
     (changed,) = [r for r in decision["reasons"] if "changes .github/torch-matrix.yml" in r]
     assert "removes 1 cell, which still ran: team_bench.8@cpu" in changed, changed
+    reasons = "\n".join(decision["reasons"])
+    assert (
+        f"this pull request changes {PLUGIN}, workload code of the matrix: the base branch's "
+        "version ran" in reasons
+    ), reasons
+    (others,) = [r for r in decision["reasons"] if "none of which ran for this verdict" in r]
+    for name in ("suite/__main__.py", "sitecustomize.py"):
+        assert name in others or "more)" in others, others
+    (moved_index,) = [r for r in decision["reasons"] if f"127.0.0.1:{server.port}" in r]
+    assert "no credential" in moved_index, moved_index
+    for path in artifacts.rglob("*"):  # no record, log or report keeps the secret
+        if path.is_file():
+            assert INDEX_SECRET.encode() not in path.read_bytes(), path
     (job,) = [
         j for j in jobs if (j / "candidate" / "cells" / f"{failing['cell_id']}.json").exists()
     ]
@@ -391,6 +513,7 @@ def test_pull_request_to_sticky_comment(tmp_path: Path, published: tuple[Path, s
     run["workflow_run"]["event"] = "pull_request"
     run["workflow_run"]["name"] = "torch-matrix PR"
     run["workflow_run"]["pull_requests"][0]["number"] = pr["number"]
+    run["workflow_run"]["head_sha"] = pr["pull_request"]["head"]["sha"]  # the event's head
     run_payload = tmp_path / "workflow_run.json"
     run_payload.write_text(json.dumps(run))
     env.pop(FAIL_VAR)  # the pasted line must carry what the failure needs
@@ -407,6 +530,13 @@ def test_pull_request_to_sticky_comment(tmp_path: Path, published: tuple[Path, s
     assert "sdpa@cpu" in body and "torch 2\\.14\\.1" in body
     assert "rollback@" in body  # the rollback gate of the bench job reaches the comment
     assert "the base branch\\'s matrix ran" in body or "the base branch's matrix ran" in body
+    plain = body.replace("\\", "")  # Markdown's escapes aside
+    for said in (
+        "team_bench.py, workload code of the matrix",
+        "suite/__main__.py",
+        "no credential",
+    ):
+        assert said in plain, said
     assert TOKEN not in comment_log
 
     # The comment's line, pasted into bash in the downloaded artifact, fails the same way.
@@ -500,10 +630,7 @@ def test_the_example_caller_runs_on_demand_and_ends_green_without_a_torch_change
     )
     repo, _, head = _caller(tmp_path, published[1])
     caller = (REPO / "examples" / "github" / "torch-matrix-pr.yml").read_text()
-    assert "torch-matrix.yml@v1" in caller
-    (repo / ".github" / "workflows" / "pr.yml").write_text(
-        caller.replace("torch-matrix.yml@v1", f"torch-matrix.yml@{published[1]}")
-    )
+    (repo / ".github" / "workflows" / "pr.yml").write_text(_pinned_to(caller, published[1]))
     _git(repo, "-c", "user.email=t@e", "-c", "user.name=t", "commit", "-qam", "the example caller")
     env = {"PATH": f"{tmp_path / 'venv' / 'bin'}{os.pathsep}{os.environ['PATH']}"}
     dispatch = tmp_path / "dispatch.json"

@@ -1,8 +1,11 @@
 """The index secret on the fleet path: the workflow hands the bench job's action the lines
 NAME=VALUE of its index-env secret (TORCH_MATRIX_INDEX_ENV). pip needs the variables they set;
-no process of the suite may see the lines themselves, or a worker's environment record, the
-container it starts and the comment's docker run line would carry them. The action's own steps
-run here under bash, with a stand-in for the suite that keeps the environment it was given."""
+no process of the suite has them in its environment (the suite imports workload code, and a
+worker's environment record, the container it starts and the comment's docker run line would
+carry them): they reach the suite as a file only this user reads (TORCH_MATRIX_INDEX_ENV_FILE),
+which the suite reads where pip runs, for the approved hosts alone. The action's own steps run
+here under bash, with a stand-in for the suite that keeps the environment it was given and a
+copy of that file."""
 
 from __future__ import annotations
 
@@ -33,7 +36,10 @@ def _run(step_id: str, tmp_path: Path, env: dict[str, str]) -> list[dict[str, st
     dumps.mkdir()
     python = tmp_path / "python"
     python.write_text(
-        '#!/usr/bin/env bash\nenv -0 > "$DUMPS/$RANDOM$RANDOM"\necho "docker:img@sha256:0"\n'
+        '#!/usr/bin/env bash\nd="$DUMPS/$RANDOM$RANDOM"\nenv -0 > "$d"\n'
+        'if [ -n "${TORCH_MATRIX_INDEX_ENV_FILE:-}" ]; then\n'
+        '  stat -c %a "$TORCH_MATRIX_INDEX_ENV_FILE" > "$d.mode"\n'
+        '  cp "$TORCH_MATRIX_INDEX_ENV_FILE" "$d.file"\nfi\necho "docker:img@sha256:0"\n'
     )
     python.chmod(0o755)
     runner = tmp_path / "runner"
@@ -58,9 +64,13 @@ def _run(step_id: str, tmp_path: Path, env: dict[str, str]) -> list[dict[str, st
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert SECRET not in proc.stdout + proc.stderr
     calls = []
-    for dump in sorted(dumps.iterdir()):
+    for dump in sorted(d for d in dumps.iterdir() if not d.suffix):
         pairs = (item.split("=", 1) for item in dump.read_text().split("\0") if "=" in item)
-        calls.append(dict(pairs))
+        called = dict(pairs)
+        if dump.with_suffix(".file").exists():
+            called[" file"] = dump.with_suffix(".file").read_text()
+            called[" mode"] = dump.with_suffix(".mode").read_text().strip()
+        calls.append(called)
     return calls
 
 
@@ -83,15 +93,23 @@ BENCH = {
     ],
     ids=["bench-venv", "sides-images"],
 )
-def test_the_suite_gets_the_index_variables_but_never_the_secret_lines(
+def test_the_suite_gets_the_index_variables_in_a_file_never_in_its_environment(
     step_id: str, env: dict[str, str], tmp_path: Path
 ) -> None:
+    if step_id == "bench":  # the sides step wrote the file; the bench step removes it after
+        (tmp_path / "index.env").write_text(LINES)
+        (tmp_path / "index.env").chmod(0o600)
+        env = {**env, "INDEX_ENV_FILE": str(tmp_path / "index.env")}
     calls = _run(step_id, tmp_path, env)
     assert len(calls) == (1 if step_id == "bench" else 2)  # ab once, or an image per pin
     for called in calls:
-        assert called["INDEX_TOKEN"] == SECRET  # what pip expands ${INDEX_TOKEN} from
+        assert called[" file"].strip() == LINES.strip()  # what pip expands ${INDEX_TOKEN} from
+        assert called[" mode"] == "600"
+        assert "INDEX_TOKEN" not in called and "INDEX_USER" not in called
         assert "TORCH_MATRIX_INDEX_ENV" not in called
-        assert not any(SECRET in v for k, v in called.items() if k.startswith("TORCH"))
+        assert not any(SECRET in v for k, v in called.items() if not k.startswith(" "))
+    if step_id == "bench":
+        assert not (tmp_path / "index.env").exists()
 
 
 def test_the_lines_are_masked_wherever_a_value_holds_them() -> None:

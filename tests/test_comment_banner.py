@@ -112,6 +112,24 @@ def test_what_a_banner_leaves_alone(fake: FakeGitHub) -> None:
     assert human not in why and len(why) == 2 and not fake.calls("PATCH")
 
 
+def test_another_bots_marker_comment_is_never_marked() -> None:
+    """With Actions' token only github-actions[bot]'s comments are the workflow's own: another
+    app's comment that carries the marker keeps what it says."""
+    with FakeGitHub(TOKEN, installation=True) as fake:
+        mine = decided(fake, HEAD_A, T1)
+        theirs = {
+            login: fake.add_comment(
+                REPO, PR, body(fake, mine), simple_user(login, 49699333 + i, "Bot")
+            )
+            for i, login in enumerate(("dependabot[bot]", "other-app[bot]"))
+        }
+        before = {cid: body(fake, cid) for cid in theirs.values()}
+        marks = mark_comments(client_for(fake), REPO, PR, "running", run(T2, HEAD_B))
+        assert [(m.change, m.comment_id) for m in marks] == [("marked", mine)]
+        assert {cid: body(fake, cid) for cid in theirs.values()} == before
+        assert "in progress" in body(fake, mine) and fake.schema_errors == []
+
+
 def test_an_earlier_runs_banner_never_replaces_a_later_ones(fake: FakeGitHub) -> None:
     cid = decided(fake, HEAD_A, T1)
     client = client_for(fake)
@@ -194,7 +212,7 @@ def test_the_command_posting_a_decision_keeps_a_later_runs_banner(
     monkeypatch.setenv("GITHUB_API_URL", fake.base_url)
     code, out, err = cli(
         "comment", "--decision", str(file), "--repo", REPO, "--pr", str(PR),
-        "--run-started-at", T2, "--name", "default",
+        "--run-started-at", T2, "--name", "default", "--head-sha", HEAD_B,
     )  # fmt: skip
     assert code == 0 and "comment updated" in out, err
     now = body(fake, cid)

@@ -331,8 +331,9 @@ def test_a_pin_that_is_an_image_gets_the_suite_on_that_base(tmp_path: Path) -> N
     context.mkdir()
     for wheel in folder.glob("*.whl"):
         os.link(wheel, context / wheel.name)
+    # The base pinned as NAME@sha256:ID; the classic builder finds a local image by its id.
     (context / "Dockerfile").write_text(
-        f"FROM {base}\nCOPY *.whl /wheels/\n"
+        f"FROM {_local_id(base)}\nCOPY *.whl /wheels/\n"
         "RUN pip install --break-system-packages --no-index --find-links /wheels "
         "torch==2.13.0 'numpy>=1.26,<3' && rm -rf /wheels\n"
     )
@@ -352,6 +353,15 @@ def test_a_pin_that_is_an_image_gets_the_suite_on_that_base(tmp_path: Path) -> N
             subprocess.run(["docker", "rmi", "-f", tag], capture_output=True, check=False)
 
 
+def _local_id(base: str) -> str:
+    """The image id a base reference pins (NAME@sha256:ID), else the one its tag points at."""
+    name, _, digest = base.partition("@")
+    if digest:
+        return digest
+    inspect = ["docker", "image", "inspect", "--format", "{{.Id}}", name]
+    return subprocess.run(inspect, capture_output=True, text=True, check=True).stdout.strip()
+
+
 def _built_tags(tmp_path: Path) -> list[str]:
     record = tmp_path / "image.json"
     return [json.loads(record.read_text())["tag"]] if record.is_file() else []
@@ -360,7 +370,7 @@ def _built_tags(tmp_path: Path) -> list[str]:
 def _suite_on_the_team_image(tmp_path: Path, team: str, team_id: str, folder: Path) -> None:
     record = tmp_path / "image.json"
     code, stdout, stderr = cli(
-        "image", "build", "--backend", "cpu", "--torch", "2.13.0", "--base", team,
+        "image", "build", "--backend", "cpu", "--torch", "2.13.0", "--base", f"{team}@{team_id}",
         "--torch-from-base", "--wheel-dir", str(folder), "--no-pull", "--no-smoke",
         "--context", str(REPO), "--record", str(record), "--log", str(tmp_path / "build.log"),
     )  # fmt: skip

@@ -1,8 +1,13 @@
-"""The README's plugin example runs as written, and the README shows the file as it is."""
+"""The README's plugin example runs as written, and the README shows the file as it is; the
+example callers pin torch-matrix by a commit of this repository whose workflows are these."""
 
 from __future__ import annotations
 
+import re
+import subprocess
 from pathlib import Path
+
+import pytest
 
 from suite.core.results import read_result
 from tests.helpers import REPO, cli
@@ -27,3 +32,34 @@ def test_sink_mask_example_runs(tmp_path: Path) -> None:
     assert doc["status"] == "ok"
     assert doc["correctness"]["passed"]
     assert doc["correctness"]["reference"] == "sdpa with dense sink mask"
+
+
+PIN = re.compile(
+    r"uses: torch-matrix/torch-matrix/\.github/workflows/(torch-matrix(?:-comment)?\.yml)"
+    r"@([0-9a-f]{40}) # v1\n"
+)
+
+
+def test_the_example_callers_pin_a_commit_whose_workflows_are_these() -> None:
+    """A tag can be moved to other code: the examples pin a commit SHA (the tag in a comment,
+    for update tools), and that commit's workflows and action are the ones here, so a team that
+    copies the examples runs what this checkout holds."""
+    pins = {}
+    for name in ("torch-matrix-pr.yml", "torch-matrix-comment.yml"):
+        found = PIN.findall((REPO / "examples" / "github" / name).read_text())
+        assert len(found) == 1, name
+        assert found[0][0] == name.replace("-pr", "")
+        pins[name] = found[0][1]
+    (commit,) = set(pins.values())  # both callers, one commit
+    git = ["git", "-C", str(REPO)]
+    if subprocess.run([*git, "rev-parse"], capture_output=True, check=False).returncode:
+        pytest.skip("not a git checkout: the pinned commit cannot be looked up")
+    known = subprocess.run([*git, "cat-file", "-e", f"{commit}^{{commit}}"], check=False)
+    assert known.returncode == 0, f"{commit} is not a commit of this repository"
+    diff = subprocess.run(
+        [*git, "diff", "--stat", commit, "HEAD", "--", ".github/workflows", "action.yml"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert diff.stdout == "", (
+        f"the examples pin {commit[:12]}, whose workflows differ:\n{diff.stdout}"
+    )

@@ -29,6 +29,8 @@ from tests.helpers import TESTS
 TOKEN = "ghp_S3cretT0kenValue0123456789abcdefXYZ"
 REPO, PR = "octo/widgets", 12
 T1, T2, T3 = "2026-11-30T10:00:00Z", "2026-11-30T11:00:00Z", "2026-11-30T12:00:00Z"
+OTHER_BOTS = ("dependabot[bot]", "other-app[bot]")
+HEAD_A, HEAD_B = "a" * 40, "b" * 40
 HOSTILE = "evil<img src=x onerror=alert(1)>@octocat</details>```x"
 needs_refs = pytest.mark.skipif(
     not SPEC_FILE.is_file(), reason=f"GitHub OpenAPI subset not found at {SPEC_FILE}"
@@ -355,9 +357,11 @@ def test_ghes_base_url_with_path_prefix() -> None:
     assert ghes.url("repos/o/r") == "https://ghe.example/api/v3/repos/o/r"
 
 
-@pytest.mark.parametrize(("slug", "expected"), [("matrix-app", "matrix-app[bot]"), (None, None)])
-def test_installation_token_falls_back_to_app_then_bots(
-    slug: str | None, expected: str | None
+@pytest.mark.parametrize(
+    ("slug", "expected"), [("matrix-app", "matrix-app[bot]"), (None, "github-actions[bot]")]
+)
+def test_installation_token_falls_back_to_app_then_to_the_actions_bot(
+    slug: str | None, expected: str
 ) -> None:
     with FakeGitHub(TOKEN, installation=True, app_slug=slug) as fake:
         human = fake.add_comment(REPO, PR, body_for("by a human"), simple_user("alice", 3))
@@ -368,6 +372,41 @@ def test_installation_token_falls_back_to_app_then_bots(
     assert outcome.action == "created" and again.action == "updated"
     assert again.comment_id == outcome.comment_id != human
     assert fake.comments(REPO, PR)[0]["body"] == body_for("by a human")
+
+
+def test_another_bots_marker_is_never_edited_or_deleted() -> None:
+    """With Actions' token (no /user, no /app) only github-actions[bot] is ours: another app's
+    comment that carries the marker stays as it is, even one stamped later, and is not taken
+    for a duplicate of ours."""
+    bots = [simple_user(login, 49699333 + i, "Bot") for i, login in enumerate(OTHER_BOTS)]
+    with FakeGitHub(TOKEN, installation=True) as fake:
+        theirs = [
+            fake.add_comment(REPO, PR, body_for(f"by {bot['login']}", started=T3), bot)
+            for bot in bots
+        ]
+        mine = fake.add_comment(REPO, PR, body_for("old report"), fake.viewer)
+        outcome = upsert_comment(
+            client_for(fake), REPO, PR, "new report", name="nightly", run_started_at=T2
+        )
+        after = {c["id"]: c["body"] for c in fake.comments(REPO, PR)}
+        assert fake.schema_errors == []
+    assert (outcome.action, outcome.comment_id, outcome.deleted) == ("updated", mine, ())
+    assert [r.path.rsplit("/", 1)[1] for r in fake.calls("PATCH")] == [str(mine)]
+    assert not fake.calls("DELETE") and not fake.calls("POST")
+    for cid, bot in zip(theirs, OTHER_BOTS, strict=True):
+        assert after[cid] == body_for(f"by {bot}", started=T3)
+    assert after[mine] == body_for("new report", started=T2)
+
+
+def test_a_named_bot_is_ours_only_where_the_token_cannot_say_whose_it_is() -> None:
+    with FakeGitHub(TOKEN) as fake:  # /user answers: the named bot changes nothing
+        assert own_author(client_for(fake), bot="matrix-app[bot]") == Author("matrix-bot")
+    with FakeGitHub(TOKEN, installation=True) as fake:
+        assert own_author(client_for(fake), bot="Matrix-App[bot]") == Author("Matrix-App[bot]")
+        assert Author("matrix-app[bot]").owns({"user": simple_user("MATRIX-APP[bot]", 1, "Bot")})
+        for bad in ("alice", "dependabot", "[bot]", "a b[bot]", "x[bot][bot]"):
+            with pytest.raises(InputError, match=r"NAME\[bot\]"):
+                own_author(client_for(fake), bot=bad)
 
 
 def test_token_is_never_shown(fake: FakeGitHub) -> None:
@@ -384,10 +423,17 @@ def test_token_is_never_shown(fake: FakeGitHub) -> None:
 
 
 def run_cli(
-    fake: FakeGitHub, tmp_path: Path, *args: str, env: dict[str, str] | None = None
+    fake: FakeGitHub,
+    tmp_path: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    source: dict[str, str] | None = None,
 ) -> tuple[int, str]:
     decision = tmp_path / "decision.json"
-    decision.write_text(json.dumps(make_decision(3, message=f"fail {HOSTILE}")), "utf-8")
+    doc = make_decision(3, message=f"fail {HOSTILE}")
+    if source is not None:
+        doc["source"] = source
+    decision.write_text(json.dumps(doc), "utf-8")
     environ = {"GITHUB_TOKEN": TOKEN, "GITHUB_API_URL": fake.base_url, **(env or {})}
     runner = CliRunner()
     result = runner.invoke(
@@ -438,6 +484,52 @@ def test_cli_input_errors_exit_2(
 ) -> None:
     code, text = run_cli(fake, tmp_path, *args, env=env)
     assert code == 2 and expected in text and not fake.requests
+
+
+def test_the_comment_names_the_events_head_and_refuses_another_heads_decision(
+    fake: FakeGitHub, tmp_path: Path
+) -> None:
+    """The workflow passes the triggering run's head (--head-sha): the stamp names it, and an
+    artifact that is another head's decision, or names none, is refused before any request."""
+    args = ["--repo", REPO, "--pr", str(PR), "--run-started-at", T1, "--head-sha", HEAD_B]
+    hostile = {"head_sha": f"{HEAD_A}\n::error::{HOSTILE}"}
+    for source, expected in (
+        ({"head_sha": HEAD_A}, f"the decision is of head {HEAD_A}, not of the run's head {HEAD_B}"),
+        ({}, "the decision names no head (source.head_sha)"),
+        (hostile, "the decision is of head a value that is not a commit SHA"),
+    ):
+        code, text = run_cli(fake, tmp_path, *args, source=source)
+        assert code == 2 and expected in text and "refusing to post it" in text, text
+        assert "::error::" not in text
+    assert not fake.requests  # refused before the token was read or GitHub asked
+    code, text = run_cli(fake, tmp_path, *args, source={"head_sha": HEAD_B.upper()})
+    assert code == 0 and "comment created" in text, text
+    (posted,) = fake.comments(REPO, PR)
+    assert posted["body"].split("\n")[1] == stamp(T1, HEAD_B)
+    code, text = run_cli(fake, tmp_path, *args[:-1], "not-a-sha", source={"head_sha": HEAD_B})
+    assert code == 2 and "head must be a commit SHA" in text
+
+
+def test_author_names_the_app_bot_whose_comments_are_ours(tmp_path: Path) -> None:
+    """An app's installation token may read neither /user nor /app: --author names its bot, and
+    github-actions[bot]'s marker comment is then someone else's."""
+    app = simple_user("matrix-app[bot]", 77, "Bot")
+    actions = simple_user("github-actions[bot]", 41898282, "Bot")
+    fake = FakeGitHub(TOKEN, installation=True, app_slug="matrix-app", app_readable=False)
+    with fake:
+        old = body_for("old", started=T1)
+        actions_comment = fake.add_comment(REPO, PR, old, actions)
+        app_comment = fake.add_comment(REPO, PR, old, app)
+        args = ["--repo", REPO, "--pr", str(PR), "--name", "nightly", "--run-started-at", T2]
+        code, text = run_cli(fake, tmp_path, *args, "--author", "matrix-app[bot]")
+        assert code == 0 and "comment updated" in text and f"-{app_comment}" in text, text
+        assert [r.path.rsplit("/", 1)[1] for r in fake.calls("PATCH")] == [str(app_comment)]
+        assert not fake.calls("DELETE")
+        assert fake.comments(REPO, PR)[0]["body"] == old  # github-actions[bot]'s, untouched
+        code, text = run_cli(fake, tmp_path, *args, "--author", "alice")
+        assert code == 2 and "--author must be an app's bot account, NAME[bot]" in text
+        assert fake.schema_errors == []
+    assert actions_comment != app_comment
 
 
 @needs_refs

@@ -63,8 +63,9 @@ elif args[0] == "build":
     tag = args[args.index("-t") + 1]
     image_id = digest(" ".join(a for a in args if "/tmp" not in a))
     Path(iid).write_text(image_id)
-    state["images"][tag] = {"Id": image_id, "RepoDigests": [],
-                            "RootFS": {"Layers": [digest("l0"), digest(tag)]}}
+    first = digest("other-base" if "MOVED_BASE" in state else "l0")  # a tag moved mid-build
+    state["images"][tag] = state["images"][image_id] = {
+        "Id": image_id, "RepoDigests": [], "RootFS": {"Layers": [first, digest(tag)]}}
     print("#1 DONE")
 elif args[0] == "push":
     state["pushes"].append(args[1])
@@ -152,6 +153,22 @@ def test_an_image_that_cannot_compile_is_refused(
     monkeypatch.setenv("INDEX_TOKEN", TOKEN)
     with pytest.raises(EnvironmentProblem, match=r"cannot run every cell the matrix asks.*aoti"):
         build_image(_recipe(), BuildOptions(context=REPO, log=tmp_path / "log"))
+
+
+def test_an_image_not_built_on_the_checked_base_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The base was checked by digest, but its tag moved before the build's FROM read it: the
+    built image's layers do not begin with the base's, and the build fails naming both."""
+    state_file = _fake(tmp_path, monkeypatch)
+    state_file.write_text(json.dumps(
+        {"images": {}, "builds": [], "secrets": [], "pushes": [], "runs": [], "pulls": [],
+         "MOVED_BASE": True}
+    ))  # fmt: skip
+    monkeypatch.setenv("INDEX_TOKEN", TOKEN)
+    with pytest.raises(EnvironmentProblem, match=r"is not built on the base python@sha256:"):
+        build_image(_recipe(), BuildOptions(context=REPO, log=tmp_path / "log"))
+    assert _state(state_file)["runs"] == []  # never smoke-tested, never pushed
 
 
 def test_a_context_holding_another_suite_is_refused(

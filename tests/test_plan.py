@@ -222,7 +222,9 @@ def test_plan_cli_prints_one_line_and_writes_github_output(
     [line] = result.stdout.splitlines()
     strategy = json.loads(line)
     assert [job["job"] for job in strategy["include"]] == ["cpu-1", "cpu-2"]
-    assert out.read_text() == f"matrix={line}\nname=default\nunplanned=\nmatrix_note=\n"
+    assert out.read_text() == (
+        f"matrix={line}\nname=default\nunplanned=\nmatrix_note=\nsource_notes=\n"
+    )
 
 
 def test_plan_names_the_cells_a_pull_requests_matrix_adds_and_removes(

@@ -3,11 +3,12 @@ value, whatever its name's spelling."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
-from suite.core.secrets import REDACTED, is_secret
+from suite.core.secrets import REDACTED, RUNNER_CREDENTIALS, for_user_code, is_secret
 from suite.execute.docker import forwarded_env
 from suite.worker.envinfo import relevant_env
 from tests.helpers import cli, planted
@@ -47,5 +48,24 @@ def test_no_recorded_file_of_a_run_holds_a_secret(
             assert value.encode() not in data, path
     for text in (stdout, stderr):
         assert not any(value in text for value in SECRETS.values())
-    run_json = (out / "run.json").read_text()
-    assert all(f'"{name}": "{REDACTED}"' in run_json for name in SECRETS)
+    # The workers never had them (suite/execute/environment.py), so the record names none.
+    recorded_by_worker = json.loads((out / "run.json").read_text())["environment"]["env_vars"]
+    assert not set(SECRETS) & set(recorded_by_worker)
+
+
+def test_what_user_code_may_inherit() -> None:
+    """Secrets by name or value, the runner's own credentials (whatever their names say) and the
+    names asked for are withheld; the rest passes as it is."""
+    env = {
+        **SECRETS,
+        **dict.fromkeys(RUNNER_CREDENTIALS, "runner-value"),
+        "TORCH_INDEX_URL": "https://reader:Idx-5ecret@pkgs.example.com/simple",
+        "INDEX_USER": "reader",
+        "TORCH_MATRIX_TEAM_BENCH_FAIL_ON": "2.14",
+        "TORCH_LOGS": "+dynamo",
+    }
+    assert {"ACTIONS_CACHE_URL", "ACTIONS_RESULTS_URL"} <= RUNNER_CREDENTIALS
+    assert for_user_code(env, also={"INDEX_USER"}) == {
+        "TORCH_LOGS": "+dynamo",
+        "TORCH_MATRIX_TEAM_BENCH_FAIL_ON": "2.14",
+    }

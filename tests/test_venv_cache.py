@@ -26,7 +26,7 @@ def test_two_runs_wanting_one_venv_build_it_once(
     second_build = threading.Event()
 
     def fake_run(argv: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
-        if argv[1:3] == ["-m", "venv"]:
+        if argv[1:4] == ["-I", "-m", "venv"]:
             builds.append(argv[-1])
             if len(builds) == 1:  # the first build: does a second start while it runs?
                 second_build.wait(SECOND_BUILD_PATIENCE_S)

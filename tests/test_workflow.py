@@ -63,7 +63,7 @@ def test_the_matrix_runs_on_pins_run_output_not_on_changed() -> None:
     assert "needs.plan.outputs.run == 'true'" in jobs["aggregate"]["if"]
     steps = {s.get("name"): s for s in jobs["plan"]["steps"]}
     assert (
-        steps["Plan the jobs from the base branch's matrix"]["if"]
+        steps["Plan the jobs from the base commit's tree"]["if"]
         == "steps.pins.outputs.run == 'true'"
     )
     closed = steps["Fail closed on a pin that cannot be read"]

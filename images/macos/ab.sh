@@ -43,7 +43,7 @@ case "$backend" in
 esac
 
 # A Python 3.10 or newer: the Command Line Tools' python3 is 3.9, which torch-matrix refuses.
-recent() { "$1" -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; }
+recent() { "$1" -I -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; }
 python=""
 for candidate_python in "${PYTHON:-}" python3.13 python3.12 python3.11 python3.10 \
     /opt/homebrew/bin/python3 python3; do
@@ -60,10 +60,10 @@ if [ -z "$driver" ]; then
     # The driver expands the matrix, measures drift and decides: the suite of this checkout on
     # the candidate's torch. The sides' environments are ab's own (one per pin, cached).
     root="${TORCH_MATRIX_ENV_ROOT:-$HOME/.cache/torch-matrix/macos}"
-    py_version="$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+    py_version="$("$python" -I -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
     venv="$root/driver-torch-${candidate}-py${py_version}"
-    [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+    [ -x "$venv/bin/python" ] || "$python" -I -m venv "$venv"
+    "$venv/bin/python" -I -m pip install --quiet --disable-pip-version-check \
         "$repo" "torch==${candidate}"
     driver="$venv/bin/python"
 fi
@@ -73,7 +73,7 @@ if [ "$backend" = mps ]; then
     # is_available() is true in a VM whose Metal device cannot run a kernel: the worker's probe
     # also runs one (a matmul, torch.mps.synchronize(), checked against the CPU). Each side's
     # worker probes again with its own torch before any cell.
-    "$driver" - <<'PY' || fail 3 "MPS does not compute here: refusing to time the CPU as MPS"
+    "$driver" -I - <<'PY' || fail 3 "MPS does not compute here: refusing to time the CPU as MPS"
 import sys
 
 from suite.worker.backends import get
@@ -85,5 +85,5 @@ sys.exit(0 if found.available else 1)
 PY
 fi
 
-exec "$driver" -m suite ab --baseline "torch==${baseline}" --candidate "torch==${candidate}" \
+exec "$driver" -I -m suite ab --baseline "torch==${baseline}" --candidate "torch==${candidate}" \
     --backend "$backend" "$@"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +23,6 @@ from suite.cli.options import (
     warn_below_resolution,
 )
 from suite.core.errors import InputError
-from suite.core.secrets import redact_text
 from suite.github.outputs import write_github_output
 
 if TYPE_CHECKING:
@@ -44,11 +43,15 @@ def _read(path: Path, option: str) -> str:
         raise InputError(f"cannot read {option}: {exc}", file=str(path)) from None
 
 
-def pins_record(result: Assessment | None) -> dict[str, Any]:
+def pins_record(result: Assessment | None, index_hosts: Collection[str] = ()) -> dict[str, Any]:
     """The JSON `pins --json` prints for a suite.pins.assess.Assessment (None: no change).
 
     status is changed, unknown or unchanged; run says whether the matrix must run (torch moved,
-    or it cannot be told that it did not); changed stays true only for a known move."""
+    or it cannot be told that it did not); changed stays true only for a known move. The index
+    URLs keep a credential (${VAR} or literal, masked) only on an approved host: one the base
+    side's index URLs name, or one of index_hosts (suite/pins/index_hosts.py)."""
+    from suite.pins.index_hosts import check_indexes
+
     if result is None or result.status == "unchanged":
         record: dict[str, Any] = {
             "changed": False,
@@ -73,13 +76,16 @@ def pins_record(result: Assessment | None) -> dict[str, Any]:
             pkg: {"baseline": old, "candidate": new} for pkg, old, new in result.companions
         },
     }
+    checked = check_indexes(result, index_hosts)
     for role, pin in (("baseline", result.baseline_pin), ("candidate", result.candidate_pin)):
-        # As the pin file writes them, ${VAR} kept; a literal credential never leaves masked.
-        record[f"{role}_index_url"] = redact_text(pin.index_url) if pin and pin.index_url else None
-        record[f"{role}_extra_index_urls"] = (
-            [redact_text(u) for u in pin.extra_index_urls] if pin else []
-        )
+        # As the pin file writes them, ${VAR} kept (on approved hosts only); a literal
+        # credential never leaves masked.
+        record[f"{role}_index_url"] = checked.sides[role].index_url
+        record[f"{role}_extra_index_urls"] = list(checked.sides[role].extra_index_urls)
         record[f"{role}_image"] = pin.image if pin else None
+    # What the bench job passes on as TORCH_MATRIX_INDEX_HOSTS, and what it should say.
+    record["index_hosts"] = list(checked.hosts)
+    record["index_notes"] = list(checked.notes)
     # What an image of each side installs beside torch: the companions that moved with it.
     record["baseline_companions"] = [old for _, old, _ in result.companions if old]
     record["candidate_companions"] = [new for _, _, new in result.companions if new]
@@ -98,6 +104,15 @@ def pins_record(result: Assessment | None) -> dict[str, Any]:
 )
 @click.option("--base-file", type=click.Path(path_type=Path), help="Baseline file, not a ref.")
 @click.option("--head-file", type=click.Path(path_type=Path), help="Candidate file, not a ref.")
+@click.option(
+    "--index-hosts",
+    "index_hosts",
+    multiple=True,
+    metavar="HOSTS",
+    help="Index hosts that may receive the index credential besides those the base side's pin "
+    "files name (comma- or space-separated, e.g. pkgs.example.com,mirror.example.com:8443; "
+    "repeatable).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON record.")
 @handles_errors
 def pins_command(
@@ -106,6 +121,7 @@ def pins_command(
     repo: Path,
     base_file: Path | None,
     head_file: Path | None,
+    index_hosts: Sequence[str],
     as_json: bool,
 ) -> None:
     """Say whether a change moves the torch pin, and from what to what.
@@ -118,9 +134,18 @@ def pins_command(
     unknown, run true), never "no torch change". torchvision, torchaudio and triton moves are
     reported beside torch. With GITHUB_OUTPUT set, also writes the step outputs changed, status,
     run, baseline, candidate, files, message, unknown, companions and the index URLs.
+
+    An index URL keeps its credential (${VAR} references, or a literal one, masked) only on an
+    approved host: a host an index URL of the base side's pin files names, or one of
+    --index-hosts. On any other host it is given without its userinfo, or dropped when a
+    ${VAR} stays in it (or its host is itself a ${VAR}, which cannot be checked). The outputs
+    index_hosts (the approved hosts, space-separated) and index_notes (a line per URL changed
+    so) say which.
     """
+    from suite.core.index_access import parse_hosts
     from suite.pins.assess import Tree, assess, pin_file_kind, tree_at_ref, tree_of
 
+    named = parse_hosts(" ".join(index_hosts), option="--index-hosts")
     if base and head and not (base_file or head_file):
         result = assess(tree_at_ref(repo, base), tree_at_ref(repo, head))
     elif base_file and head_file and not (base or head):
@@ -138,9 +163,13 @@ def pins_command(
             "give --base and --head (git refs), or --base-file and --head-file",
             option="--base" if base or head else "--base-file",
         )
-    record = pins_record(result)
+    record = pins_record(result, named)
     outputs = {k: _output_value(v) for k, v in record.items()}
+    if "index_notes" in record:
+        outputs["index_notes"] = "\n".join(record["index_notes"])
     write_github_output(outputs)
+    for note in record.get("index_notes", []):
+        click.echo(f"warning: {note}", err=True)
     click.echo(json.dumps(record) if as_json else record["message"])
 
 
@@ -204,6 +233,26 @@ def _output_value(value: Any) -> str:
     help="The pull request's own matrix, when --matrix is the base branch's: the output "
     "matrix_note names the cells the change adds and removes.",
 )
+@click.option(
+    "--changed-files",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="The files the pull request changes, one per line (git diff --name-only BASE HEAD): "
+    "the output source_notes names those that did not run for the verdict.",
+)
+@click.option(
+    "--pin-files",
+    default="",
+    metavar="PATHS",
+    help="With --changed-files: the pin files pins read (its files output), left unnamed.",
+)
+@click.option(
+    "--matrix-from",
+    type=click.Choice(["base", "head"]),
+    default="base",
+    show_default=True,
+    help="With --changed-files: where the matrix and its workloads came from (head: a matrix "
+    "new in the pull request).",
+)
 @policy_options
 @calibration_option
 @handles_errors
@@ -216,6 +265,9 @@ def plan_command(
     cells_per_job: int | None,
     runners_json: str | None,
     head_matrix: Path | None,
+    changed_files: Path | None,
+    pin_files: str,
+    matrix_from: str,
     policy_file: Path | None,
     policy_profile: str | None,
     calibration_file: Path | None,
@@ -225,12 +277,14 @@ def plan_command(
     Each entry is a job: job, backend, runs-on (from the matrix's runners, or defaults),
     cells (space-separated cell ids, for `ab --cell`) and cell_count. With GITHUB_OUTPUT set,
     also writes the step outputs matrix, name (the matrix's name, for artifact names),
-    unplanned and matrix_note.
+    unplanned, matrix_note and source_notes (one line each: what the pull request changed that
+    did not run, from --changed-files).
     With a calibration (--calibration, or one in the current directory), warns on stderr
     where a threshold of the policy is below what this runner can resolve.
     """
     from suite.cli.options import checked_select
     from suite.flows.plan import plan, unplanned, unplanned_note
+    from suite.flows.pr_changes import source_notes
     from suite.judge.policy import load_policy
 
     runners = _runners(runners_json)
@@ -253,10 +307,21 @@ def plan_command(
         planned_backends,
         size,
     )
-    write_github_output({"matrix": line, "name": name, "unplanned": note, "matrix_note": changes})
+    notes = source_notes(
+        changed_files, pin_files.split(), matrix, matrix_file, policy_file, matrix_from == "head"
+    )
+    write_github_output(
+        {
+            "matrix": line,
+            "name": name,
+            "unplanned": note,
+            "matrix_note": changes,
+            "source_notes": "\n".join(notes),
+        }
+    )
     planned = sum(job["cell_count"] for job in strategy["include"])
     click.echo(f"{planned} cells in {len(strategy['include'])} jobs", err=True)
-    for said in (note, changes):
+    for said in (note, changes, *notes):
         if said:
             click.echo(f"warning: {said}", err=True)
     click.echo(line)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import click
@@ -16,11 +16,15 @@ from suite.core.errors import InputError
 from suite.github.banner import STATES
 from suite.report.escape import plain
 
+if TYPE_CHECKING:
+    from suite.github.banner import HeadRun
+    from suite.github.client import GitHubClient
+
 EXIT_CODES = """\b
 Exit codes:
   0  the comment was created, updated, already current, or left to a newer run
-  2  invalid input: decision file, --repo, --pr, --full-report-url, --run-state and its
-     options, or no token
+  2  invalid input: decision file (or a decision of another head than --head-sha), --repo,
+     --pr, --full-report-url, --author, --run-state and its options, or no token
   3  GitHub refused or could not be reached (the message carries GitHub's reason)"""
 
 _RUN_ID_TIME = re.compile(r"(\d{4})(\d{2})(\d{2})T(\d{2})(\d{2})(\d{2})Z-")
@@ -52,13 +56,23 @@ def _post(
     run_state: str | None,
     head_sha: str | None,
     conclusion: str | None,
+    author: str | None,
 ) -> None:
     from suite.core.validation import load_document, validate_file
     from suite.github.banner import carried
     from suite.github.client import GitHubClient
-    from suite.github.comment import comment_body, parse_pr, parse_repo, upsert_comment
+    from suite.github.comment import (
+        ACTIONS_BOT,
+        comment_body,
+        own_author,
+        parse_bot,
+        parse_pr,
+        parse_repo,
+        upsert_comment,
+    )
 
     parse_repo(repo, option="--repo")
+    bot = parse_bot(author, option="--author") if author is not None else ACTIONS_BOT
     pr = parse_pr(pr_text, option="--pr")
     if full_report_url is not None and urlsplit(full_report_url).scheme not in ("http", "https"):
         raise InputError(
@@ -68,7 +82,8 @@ def _post(
     if (decision_file is None) == (run_state is None):
         raise InputError("give --decision, or --run-state, not both", option="--decision")
     if run_state is not None:
-        _mark(repo, pr, run_state, run_started_at, head_sha, full_report_url, conclusion, token_env)
+        run = _head_run(run_started_at, head_sha, full_report_url, conclusion)
+        _mark(repo, pr, run_state, run, GitHubClient(token_env=token_env), bot)
         return
     assert decision_file is not None
     validate_file(decision_file, "torch-matrix/decision")
@@ -76,31 +91,29 @@ def _post(
     matrix = decision.get("matrix") or {}
     name = name or str(matrix.get("name") or "default")
     started = run_started_at or default_started_at(decision)
+    # The head is the event's (--head-sha): a decision of another head is refused here.
+    body = comment_body(
+        decision,
+        name=name,
+        run_started_at=started,
+        full_report_url=full_report_url,
+        head_sha=head_sha,
+    )
     # The client reads the token; it is never passed around or echoed from here.
     client = GitHubClient(token_env=token_env)
-    body = comment_body(
-        decision, name=name, run_started_at=started, full_report_url=full_report_url
-    )
+    me = own_author(client, bot=bot)
     outcome = upsert_comment(
-        client, repo, pr, body, name=name, run_started_at=started, carry=carried
+        client, repo, pr, body, name=name, run_started_at=started, author=me, carry=carried
     )
     click.echo(f"comment {outcome.action}: {plain(outcome.url)}")
     if outcome.deleted:
         click.echo(f"deleted duplicate comments: {', '.join(map(str, outcome.deleted))}")
 
 
-def _mark(
-    repo: str,
-    pr: int,
-    state: str,
-    started_at: str | None,
-    head_sha: str | None,
-    url: str | None,
-    conclusion: str | None,
-    token_env: str,
-) -> None:
-    from suite.github.banner import HeadRun, mark_comments
-    from suite.github.client import GitHubClient
+def _head_run(
+    started_at: str | None, head_sha: str | None, url: str | None, conclusion: str | None
+) -> HeadRun:
+    from suite.github.banner import HeadRun
 
     for option, value in (
         ("--run-started-at", started_at), ("--head-sha", head_sha), ("--full-report-url", url)
@@ -108,9 +121,17 @@ def _mark(
         if not value:
             raise InputError(f"--run-state needs {option}: the run it speaks of", option=option)
     assert started_at and head_sha and url
-    run = HeadRun(started_at, head_sha, url, conclusion or None)
-    client = GitHubClient(token_env=token_env)
-    marks = mark_comments(client, repo, pr, "running" if state == "running" else "ended", run)
+    return HeadRun(started_at, head_sha, url, conclusion or None)
+
+
+def _mark(repo: str, pr: int, state: str, run: HeadRun, client: GitHubClient, bot: str) -> None:
+    from suite.github.banner import mark_comments
+    from suite.github.comment import own_author
+
+    me = own_author(client, bot=bot)
+    marks = mark_comments(
+        client, repo, pr, "running" if state == "running" else "ended", run, author=me
+    )
     if not marks:
         click.echo("no comment of an earlier head to mark")
     for mark in marks:
@@ -146,11 +167,25 @@ def _mark(
     "(--run-started-at, --head-sha, --full-report-url: its link), 'running' as it starts, "
     "'ended' when it decided nothing for that comment's matrix.",
 )
-@click.option("--head-sha", metavar="SHA", help="With --run-state: the head commit of the run.")
+@click.option(
+    "--head-sha",
+    metavar="SHA",
+    help="The head commit of the run (the triggering event's). With --decision, the decision "
+    "must be of it (its source.head_sha), else nothing is posted; the comment's stamp names it. "
+    "Needed with --run-state.",
+)
 @click.option(
     "--conclusion",
     metavar="WORD",
     help="With --run-state ended: how the run ended (success, failure, cancelled, ...).",
+)
+@click.option(
+    "--author",
+    metavar="LOGIN",
+    help="The app bot (NAME[bot]) whose comments are this token's own, when the token can "
+    "name neither its user nor its app (an installation token). Default: github-actions[bot], "
+    "the account of Actions' GITHUB_TOKEN. A marker in any other account's comment is never "
+    "edited or deleted.",
 )
 @click.option(
     "--token-env",

@@ -43,7 +43,14 @@ def image() -> None:
     help="The --base image already holds this torch (a team's image, pytorch/pytorch): "
     "only the suite is added, and the build fails if the base holds another torch.",
 )
-@click.option("--base", metavar="IMAGE", help="Base image (default: the Dockerfile's).")
+@click.option(
+    "--base",
+    metavar="IMAGE",
+    help="Base image (default: the Dockerfile's), pinned as NAME@sha256:DIGEST: a registry's "
+    "digest, or a local image's id (docker image inspect --format '{{.Id}}' NAME), which the "
+    "local tag NAME must point at. A bare registry tag is pulled and used by its digest; a bare "
+    "local tag is refused.",
+)
 @click.option("--index-url", metavar="URL", help="Where torch comes from; ${VAR} is expanded.")
 @click.option(
     "--extra-index-url", "extra_index_urls", multiple=True, metavar="URL", help="Repeatable."

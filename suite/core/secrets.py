@@ -11,7 +11,7 @@ a value shaped like a known token (ghp_..., xoxb-..., AKIA..., hf_..., Bearer ..
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 REDACTED = "<redacted>"
 # What stands for the user:password of a URL (https://***@host/simple): pip prints the same.
@@ -96,3 +96,25 @@ def without_credential(url: str) -> str:
     """The URL with no userinfo at all: what identifies an index (cache keys, labels), which a
     changed token does not change."""
     return _USERINFO.sub(lambda m: m[1], url)
+
+
+# What a GitHub Actions runner exports to a step to reach its own services (the job's token, the
+# artifact and cache services, the OIDC token request): credentials whatever their names say.
+RUNNER_CREDENTIALS = frozenset(
+    {
+        "GITHUB_TOKEN",
+        "ACTIONS_RUNTIME_TOKEN",
+        "ACTIONS_ID_TOKEN_REQUEST_TOKEN",
+        "ACTIONS_ID_TOKEN_REQUEST_URL",
+        "ACTIONS_RESULTS_URL",
+        "ACTIONS_CACHE_URL",
+        "ACTIONS_RUNTIME_URL",
+    }
+)
+
+
+def for_user_code(env: Mapping[str, str], also: Collection[str] = ()) -> dict[str, str]:
+    """The variables a process that runs user code (a worker, a plugin import) may inherit:
+    less every withheld one (see withheld), the runner's credentials and the names in `also`."""
+    dropped = RUNNER_CREDENTIALS | frozenset(also)
+    return {k: v for k, v in without_secrets(env).items() if k not in dropped}

@@ -1,5 +1,6 @@
 """How a run's workers are started: the options a run takes, the environment every worker gets
-(this very suite on its import path), the probe of that environment, and the suite's own commit."""
+(this very suite on its import path, no credential), the probe of that environment, and the
+suite's own commit."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from suite.core.errors import EnvironmentProblem
+from suite.core.index_access import index_secret_names
+from suite.core.secrets import for_user_code
 from suite.core.validation import validate
 from suite.execute.launch import Launcher, ProcessExit, Step, read_tail, run_process
 from suite.execute.progress import Progress
@@ -72,8 +75,17 @@ def suite_commit() -> tuple[str | None, bool | None]:
         return None, None
 
 
+def inherited_env() -> dict[str, str]:
+    """What a worker, or a process that imports workload code, inherits of this process's
+    environment: everything but credentials (suite/core/secrets.py's rule, the runner's tokens,
+    and the index variables and their file, suite/core/index_access.py). User code runs there;
+    a credential it cannot see it cannot send anywhere, and no record of it can keep one."""
+    return for_user_code(os.environ, also=index_secret_names(os.environ))
+
+
 def worker_env(options: RunOptions) -> dict[str, str]:
-    env = dict(os.environ)
+    """The environment of every worker: the inherited one, plus what the harness sets."""
+    env = inherited_env()
     env.update(WORKER_ENV)
     env.update(options.extra_env)
     src = str(suite_import_root())

@@ -22,6 +22,7 @@ from typing import Any
 
 from suite.core.errors import EnvironmentProblem, InputError
 from suite.core.secrets import redact_text
+from suite.execute.bases import check_built_on, resolve_base
 from suite.execute.cache import cache_root
 from suite.execute.devices import device_flags
 from suite.execute.images import (
@@ -38,7 +39,6 @@ from suite.execute.images import (
     image_tag,
     inspect_image,
     recipe_key,
-    resolve_base,
     suite_digest,
     wheel_listing,
 )
@@ -175,6 +175,7 @@ def build_image(recipe: Recipe, options: BuildOptions) -> Built:
         argv += ["--iidfile", str(iid), "-t", tag, str(context)]
         _run_logged(argv, options.log, BUILD_TIMEOUT_S, {"DOCKER_BUILDKIT": "1"})
         image_id = iid.read_text("utf-8").strip()
+    check_built_on(image_id, tag, base)
     return Built(
         tag=tag,
         id=image_id,

@@ -3,9 +3,9 @@ this very suite, built from images/<backend>/Dockerfile by `docker build` (Build
 
 A Recipe is everything that decides what goes into an image: the backend's Dockerfile, the torch
 version, the index and extra indexes it comes from (or a wheel folder), the companions the pin
-moves with it, and the base image, resolved to its digest. Its key names the image
-(torch-matrix/cpu:torch-2.14.1-KEY); Docker's layer cache makes a rebuild of an unchanged recipe
-cost seconds, so an unchanged baseline is never built twice.
+moves with it, and the base image, pinned by its digest (suite/execute/bases.py). Its key
+names the image (torch-matrix/cpu:torch-2.14.1-KEY); Docker's layer cache makes a rebuild of an
+unchanged recipe cost seconds, so an unchanged baseline is never built twice.
 
 The suite inside an image must be the suite that drives it: the image carries the digest of its
 suite's source as the label dev.torch-matrix.suite, and a docker: side whose label differs from
@@ -30,12 +30,15 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from suite.core.backends import backend_entry, backend_names, image_backends
 from suite.core.errors import EnvironmentProblem, InputError
-from suite.core.secrets import redact_text
 from suite.execute.indexes import Indexes
+from suite.execute.manifest import file_digest
+
+if TYPE_CHECKING:
+    from suite.execute.bases import Base
 
 
 def dockerfile_of(name: str) -> str:
@@ -177,7 +180,7 @@ def recipe_key(
     recipe: Recipe, suite: str, base_digest: str | None, wheels: str | None, dockerfile: str
 ) -> str:
     """What names the image: the credential-free recipe, the suite, the base's digest, the
-    wheels' names and sizes and the Dockerfile's text. Changing only the index changes it;
+    wheels' names and contents and the Dockerfile's text. Changing only the index changes it;
     changing only a token does not."""
     # The wheels count, not their folder's name; the index, not whether it took a credential.
     public = {**recipe.public(), "wheel_dir": None, "credentials": None}
@@ -193,11 +196,14 @@ def image_tag(recipe: Recipe, key: str, repository: str = DEFAULT_REPOSITORY) ->
 
 
 def wheel_listing(folder: Path) -> str:
+    """The key of a wheel folder: each wheel's name and the sha256 of its bytes. Names and sizes
+    alone would let a wheel replaced by another of the same size (an earlier job's, on a runner
+    that keeps its folders) reuse the image built from the first."""
     wheels = sorted(folder.glob("*.whl"))
     if not wheels:
         raise InputError("holds no wheels (*.whl)", file=str(folder), option="--wheel-dir")
     return hashlib.sha256(
-        "\n".join(f"{w.name} {w.stat().st_size}" for w in wheels).encode()
+        "\n".join(f"{w.name} {file_digest(w)}" for w in wheels).encode()
     ).hexdigest()
 
 
@@ -224,7 +230,7 @@ def _default_cli() -> list[str]:
     return [docker]
 
 
-def _docker(
+def docker_command(
     args: Sequence[str], timeout: float = INSPECT_TIMEOUT_S
 ) -> subprocess.CompletedProcess[str]:
     try:
@@ -238,44 +244,11 @@ def _docker(
 
 
 def inspect_image(reference: str) -> dict[str, Any] | None:
-    proc = _docker(["image", "inspect", reference])
+    proc = docker_command(["image", "inspect", reference])
     if proc.returncode != 0:
         return None
     found: dict[str, Any] = json.loads(proc.stdout)[0]
     return found
-
-
-@dataclass(frozen=True)
-class Base:
-    reference: str  # what FROM names: name@sha256:repo-digest when the base came from a registry
-    digest: str  # the repo digest's sha256, or the image id of a base that was never pushed
-    digest_kind: str  # "repo-digest" or "image-id"
-
-
-def resolve_base(reference: str, *, pull: bool = True) -> Base:
-    """The base pinned by its digest: a registry base by its repo digest (pulled if absent), a
-    local one (never pushed, e.g. the offline Debian base) by its image id."""
-    doc = inspect_image(reference)
-    if doc is None and pull:
-        proc = _docker(["pull", reference], timeout=PUSH_TIMEOUT_S)
-        if proc.returncode != 0:
-            raise EnvironmentProblem(
-                f"base image {reference!r} is not on this machine and could not be pulled: "
-                f"{redact_text(proc.stderr.strip())[-500:]}"
-            )
-        doc = inspect_image(reference)
-    if doc is None:
-        raise EnvironmentProblem(f"base image {reference!r} is not on this machine")
-    name = reference.split("@", 1)[0]
-    repo = name.rsplit(":", 1)[0] if ":" in name.rsplit("/", 1)[-1] else name
-    for repo_digest in doc.get("RepoDigests") or []:
-        if repo_digest.split("@", 1)[0] in (repo, f"docker.io/{repo}", f"docker.io/library/{repo}"):
-            return Base(
-                f"{repo}@{repo_digest.split('@', 1)[1]}",
-                repo_digest.split("@", 1)[1],
-                "repo-digest",
-            )
-    return Base(reference, str(doc["Id"]), "image-id")
 
 
 def default_base(context: Path, backend: str) -> str:

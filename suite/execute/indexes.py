@@ -7,20 +7,32 @@ them as PIP_INDEX_URL / PIP_EXTRA_INDEX_URL, never in its argv, and an image bui
 secret — and everywhere else (cache keys, labels, records, logs) a URL appears credential-free or
 masked. A URL whose credential was already masked (https://***@host) is refused: what it stood for
 is gone, and installing from the index without it would fail or, worse, install something else.
+
+Where the approved index hosts are known (an argument, or TORCH_MATRIX_INDEX_HOSTS set, even
+empty: suite/core/index_access.py), a ${NAME} is substituted only into a URL whose host, read
+before substitution, is approved; a URL on any other host loses its userinfo, and a reference
+left elsewhere in it is an error. The values come from the environment overlaid with the file
+TORCH_MATRIX_INDEX_ENV_FILE names.
 """
 
 from __future__ import annotations
 
-import os
-import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from suite.core.errors import InputError
+from suite.core.index_access import (
+    ENV_FILE_VAR,
+    HOSTS_VAR,
+    REFERENCE,
+    approved_hosts,
+    host_part,
+    index_host,
+    index_variables,
+    without_userinfo,
+)
 from suite.core.secrets import MASK, has_credential, redact_text, without_credential
-
-_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 @dataclass(frozen=True)
@@ -37,10 +49,19 @@ class Indexes:
         return (*((self.index_url,) if self.index_url else ()), *self.extra_index_urls)
 
     def expanded(
-        self, env: Mapping[str, str] | None = None, *, option: str = "--index-url"
+        self,
+        env: Mapping[str, str] | None = None,
+        *,
+        option: str = "--index-url",
+        hosts: Collection[str] | None = None,
     ) -> Indexes:
-        """The URLs with ${NAME} replaced from env (default: this process's environment)."""
-        source = os.environ if env is None else env
+        """The URLs with ${NAME} replaced from env (default: this process's environment), and
+        the file TORCH_MATRIX_INDEX_ENV_FILE names; only on approved hosts, where they are known
+        (hosts, else TORCH_MATRIX_INDEX_HOSTS)."""
+        approved = approved_hosts(hosts, env)
+        # The file is read only where a URL names a variable.
+        named = any(REFERENCE.search(u) for u in self.urls())
+        source = index_variables(env) if named else {}
 
         def expand(url: str) -> str:
             if f"://{MASK}@" in url:
@@ -49,36 +70,45 @@ class Indexes:
                     "https://${USER_VAR}:${TOKEN_VAR}@host/... with those variables set",
                     option=option,
                 )
-            missing = [n for n in _REFERENCE.findall(url) if n not in source]
+            if approved is not None and index_host(url) not in approved:
+                url = _unapproved(url, option)
+            missing = [n for n in REFERENCE.findall(url) if n not in source]
             if missing:
                 raise InputError(
                     f"{redact_text(url)} names {', '.join(sorted(set(missing)))}, which "
-                    "the environment does not set",
+                    f"the environment does not set (nor a file {ENV_FILE_VAR} names)",
                     option=option,
                 )
-            return _REFERENCE.sub(lambda m: source[m[1]], url)
+            return REFERENCE.sub(lambda m: source[m[1]], url)
 
         return Indexes(
             expand(self.index_url) if self.index_url else None,
             tuple(expand(u) for u in self.extra_index_urls),
         )
 
-    def needs_secret(self, env: Mapping[str, str] | None = None) -> bool:
+    def needs_secret(
+        self, env: Mapping[str, str] | None = None, *, hosts: Collection[str] | None = None
+    ) -> bool:
         """Whether the expanded URLs carry a credential (then they travel as a secret)."""
-        return any(has_credential(u) for u in self.expanded(env).urls())
+        return any(has_credential(u) for u in self.expanded(env, hosts=hosts).urls())
 
-    def public(self, env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    def public(
+        self, env: Mapping[str, str] | None = None, *, hosts: Collection[str] | None = None
+    ) -> dict[str, Any]:
         """Credential-free, expanded URLs: what identifies the index in keys, labels and records.
         A changed token changes nothing here; a changed host, path or port does."""
-        done = self.expanded(env)
+        done = self.expanded(env, hosts=hosts)
         return {
             "index_url": without_credential(done.index_url) if done.index_url else None,
             "extra_index_urls": [without_credential(u) for u in done.extra_index_urls],
         }
 
-    def pip_env(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
-        """PIP_INDEX_URL and PIP_EXTRA_INDEX_URL for a pip process, credentials included."""
-        done = self.expanded(env)
+    def pip_env(
+        self, env: Mapping[str, str] | None = None, *, hosts: Collection[str] | None = None
+    ) -> dict[str, str]:
+        """PIP_INDEX_URL and PIP_EXTRA_INDEX_URL for a pip process, credentials included where
+        their host is approved."""
+        done = self.expanded(env, hosts=hosts)
         out = {}
         if done.index_url:
             out["PIP_INDEX_URL"] = done.index_url
@@ -91,3 +121,25 @@ class Indexes:
         parts = [f"--index-url {redact_text(self.index_url)}"] if self.index_url else []
         parts += [f"--extra-index-url {redact_text(u)}" for u in self.extra_index_urls]
         return " ".join(parts)
+
+
+def _unapproved(url: str, option: str) -> str:
+    """A URL on a host that is not approved, as it may be used: without its userinfo, and with
+    no ${NAME} left anywhere (InputError naming the option and the host)."""
+    bare = without_userinfo(url)
+    if not REFERENCE.search(bare):
+        return bare
+    host = index_host(url)
+    if host is None:
+        said = host_part(url)
+        where = f"host part {said!r}" if said else "host"
+        raise InputError(
+            f"{redact_text(url)}: its {where} cannot be checked against the approved index "
+            f"hosts ({HOSTS_VAR}), so no ${{NAME}} is expanded in it: write the host itself",
+            option=option,
+        )
+    raise InputError(
+        f"{redact_text(url)}: host {host} is not among the approved index hosts ({HOSTS_VAR}): "
+        "no credential is sent there, and no ${NAME} is expanded in its URL",
+        option=option,
+    )

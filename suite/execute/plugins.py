@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from suite.core.errors import InputError
-from suite.execute.environment import suite_import_root
+from suite.execute.environment import inherited_env, suite_import_root
 from suite.workloads import BUILTINS
 
 IMPORT_TIMEOUT_S = 120.0
@@ -50,7 +50,7 @@ def check_plugins(
     wanted = user_refs(refs)
     if not wanted:
         return
-    env = dict(os.environ)
+    env = inherited_env()  # no credential where a plugin's import runs
     src = str(suite_import_root())
     env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH", "")) if p)
     with tempfile.TemporaryDirectory(prefix="torch-matrix-plugins-") as tmp:

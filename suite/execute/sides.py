@@ -16,10 +16,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from suite.core.errors import EnvironmentProblem, InputError
+from suite.core.errors import EnvironmentProblem, InputError, warn
 from suite.core.secrets import redact_text, without_credential
 from suite.execute.cache import cache_root
 from suite.execute.indexes import Indexes
+from suite.execute.manifest import (
+    SHOWN,
+    differences,
+    manifest_path,
+    read_manifest,
+    write_manifest,
+)
 from suite.execute.prepared import PreparedSide
 
 __all__ = ["PreparedSide", "parse", "prepare"]
@@ -28,6 +35,7 @@ _REQUIREMENT = re.compile(r"^torch\s*(\[[^\]]*\])?\s*(==|~=|>=|<=|>|<|!=|===|@)"
 # Runtime needs of the worker besides torch; the suite itself travels on PYTHONPATH.
 WORKER_REQUIREMENTS = ("jsonschema>=4.18", "PyYAML>=6.0", "numpy")
 INSTALL_TIMEOUT_S = 3600.0
+READY = ".torch-matrix-ready"  # inside a venv whose build finished: the requirement, masked
 
 
 def parse(spec: str, role: str) -> str:
@@ -77,29 +85,55 @@ def venv_for(
 ) -> tuple[Path, float]:
     """A cached venv with this torch requirement, installed from these indexes; built once,
     reused after (returns build time). The cache key holds the indexes without credentials, so
-    another index is another venv and another token is not; pip gets them in its environment."""
+    another index is another venv and another token is not; pip gets them in its environment.
+    Before each reuse the venv is checked against the manifest written when it was built
+    (suite/execute/manifest.py): one that differs, or has none, is removed and built again."""
     indexes = indexes or Indexes()
     venv = venv_path(requirement, python, indexes)
     venv.parent.mkdir(parents=True, exist_ok=True)
     # Two runs on one runner (two jobs, two A/Bs) may want the same venv at once: the second
-    # waits for the first's build instead of removing it half-made as an unfinished one.
+    # waits for the first's build instead of removing it half-made as an unfinished one. The
+    # check before reuse runs under the same lock, so no build is judged half-way.
     with open(venv.parent / f"{venv.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        if _reusable(venv):
+            return _venv_python(venv), 0.0
         return _build_venv(venv, requirement, python, indexes, log)
+
+
+def _reusable(venv: Path) -> bool:
+    """Whether the venv holds exactly what it held when it was built. One whose build never
+    finished is rebuilt silently; one that an older torch-matrix built (no manifest) or that
+    changed since (a pull request's code may have written into it) is named, with why."""
+    if not (venv / READY).is_file():
+        return False
+    recorded = read_manifest(venv)
+    if recorded is None:
+        why = f"no manifest ({manifest_path(venv).name}) of what it held when it was built"
+    else:
+        found = differences(venv, recorded)
+        if not found:
+            return True
+        more = " (and more)" if len(found) > SHOWN else ""
+        why = f"{', '.join(found[:SHOWN])}{more} since it was built"
+    warn(f"venv cache {venv}: {why}: rebuilding")
+    return False
 
 
 def _build_venv(
     venv: Path, requirement: str, python: str, indexes: Indexes, log: Path | None
 ) -> tuple[Path, float]:
     shown = redact_text(requirement)
-    ready = venv / ".torch-matrix-ready"
-    if ready.is_file():
-        return _venv_python(venv), 0.0
     start = time.perf_counter()
+    manifest_path(venv).unlink(missing_ok=True)  # written again only once the build is done
     if venv.exists():
-        shutil.rmtree(venv)  # an earlier build that did not finish
-    pip = [str(_venv_python(venv)), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
-    steps = [[python, "-m", "venv", str(venv)], [*pip, requirement, *WORKER_REQUIREMENTS]]
+        shutil.rmtree(venv)  # an earlier build that did not finish, or one that changed since
+    # -I: the working directory may be a checkout, whose pip/ or venv/ must not run instead.
+    pip = [str(_venv_python(venv)), "-I", "-m", "pip", "install", "--disable-pip-version-check"]
+    steps = [
+        [python, "-I", "-m", "venv", str(venv)],
+        [*pip, "-q", requirement, *WORKER_REQUIREMENTS],
+    ]
     env = {**os.environ, **indexes.pip_env()}
     where = f" from {indexes.shown()}" if indexes else ""
     for argv in steps:
@@ -128,7 +162,8 @@ def _build_venv(
                 f"{' '.join(shown_argv.split()[:4])} … exited {proc.returncode}:\n"
                 f"{redact_text(proc.stderr.strip())[-1500:]}"
             )
-    ready.write_text(shown + "\n", encoding="utf-8")
+    (venv / READY).write_text(shown + "\n", encoding="utf-8")
+    write_manifest(venv)
     return _venv_python(venv), time.perf_counter() - start
 
 

@@ -97,7 +97,7 @@ def account(
             absent = list(job.cells)
         else:
             absent = [c for c in job.cells if c not in held]
-            why = f"missing from job {job.job}'s results"
+            why = f"missing from job {job.job}'s results{said}"
         if not absent:
             continue
         cells.extend(missing_cell(policy, cell_id, why) for cell_id in absent)

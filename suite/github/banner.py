@@ -35,6 +35,7 @@ from suite.github.comment import (
     parse_pr,
     parse_repo,
     parse_time,
+    same_commit,
     shown,
 )
 from suite.report.escape import md
@@ -117,7 +118,7 @@ def _verdict(state: State, run: HeadRun, comment: Shown) -> str | None:
     assert at is not None  # normalized in HeadRun
     if comment.started_at is not None and comment.started_at >= at:
         return "it shows the decision of this run or a later one"
-    if comment.head is not None and _same_commit(comment.head, run.head_sha):
+    if comment.head is not None and same_commit(comment.head, run.head_sha):
         return "it shows this head's decision"
     now = _current(comment.report)
     if now is not None and now.started_at > at:
@@ -125,12 +126,6 @@ def _verdict(state: State, run: HeadRun, comment: Shown) -> str | None:
     if now is not None and now.started_at == at and now.state == "ended" and state == "running":
         return "this run has already ended"
     return None
-
-
-def _same_commit(one: str, other: str) -> bool:
-    """Whether two SHAs, either perhaps abbreviated, name one commit."""
-    one, other = one.lower(), other.lower()
-    return one.startswith(other) or other.startswith(one)
 
 
 def with_banner(comment: Shown, state: State, run: HeadRun) -> str:
@@ -150,7 +145,7 @@ def carried(previous: str, text: str) -> str:
     now = _current(old.report)
     if now is None or new.started_at is None or now.started_at <= new.started_at:
         return text
-    if now.head is not None and new.head is not None and _same_commit(now.head, new.head):
+    if now.head is not None and new.head is not None and same_commit(now.head, new.head):
         return text
     return "\n".join([*new.header, *old.report[:2], "", *new.report])
 
@@ -162,13 +157,14 @@ def mark_comments(
     state: State,
     run: HeadRun,
     *,
-    author: str | None = None,
+    author: Author | None = None,
 ) -> list[Marked]:
     """Put this banner on each of the token's own sticky comments on the pull request, of any
-    matrix, that shows an earlier head's decision; never create a comment."""
+    matrix, that shows an earlier head's decision; never create a comment. author is the
+    token's own account (default: own_author(client))."""
     owner, name = parse_repo(repo)
     number = parse_pr(pr)
-    me = Author(author) if author else own_author(client)
+    me = author or own_author(client)
     base = f"/repos/{owner}/{name}/issues"
     done = []
     for comment in client.paginate(f"{base}/{number}/comments"):

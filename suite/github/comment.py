@@ -2,18 +2,19 @@
 
 One comment per matrix name and PR. It is found by a hidden marker on its first line and
 by its author, which must be the token's own account: a marker copied into someone else's
-comment is never edited or deleted. The second line stamps the run's start time (and the head
-it decided) so that a run that finishes late never replaces the report of a run that started
-after it. While a newer head's run is under way, a banner says so above the report
-(suite/github/banner.py).
+comment, a person's or another app's, is never edited or deleted. The second line stamps the
+run's start time and the head it decided, so that a run that finishes late never replaces the
+report of a run that started after it. While a newer head's run is under way, a banner says so
+above the report (suite/github/banner.py).
 
 How the token's own account is found:
   1. GET /user gives the login (personal access tokens, fine-grained tokens, app user tokens).
   2. If that is refused with 403 (installation tokens, including Actions' GITHUB_TOKEN),
      GET /app gives the slug, and the author is "<slug>[bot]".
-  3. If that is refused too (installation tokens may not call /app), any author whose
-     account type is "Bot" is accepted: a person cannot own a Bot account, so a marker in
-     a human's comment still never matches.
+  3. If that is refused too (installation tokens may not call /app), the author is the one
+     bot the caller names: "github-actions[bot]", the account of Actions' GITHUB_TOKEN, unless
+     another app's bot is named (`torch-matrix comment --author`). Only that login matches,
+     never any other Bot account: a marker in dependabot's comment is not ours.
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ _REPO = re.compile(r"([A-Za-z0-9_.-]{1,100})/([A-Za-z0-9_.-]{1,100})")
 _PR = re.compile(r"#?([1-9][0-9]{0,9})")
 STICKY_PREFIX = "<!-- torch-matrix:sticky "
 COMMIT_SHA = re.compile(r"[0-9A-Fa-f]{7,64}")  # whole or abbreviated
+# An app's account: its slug and "[bot]"; a person's login can hold no brackets.
+_BOT_LOGIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,99}\[bot\]")
+ACTIONS_BOT = "github-actions[bot]"
 _STAMP = re.compile(r"<!-- torch-matrix:run-started-at=(\S+?)(?: head=([0-9A-Fa-f]{7,64}))? -->")
 
 Action = Literal["created", "updated", "unchanged", "skipped-newer"]
@@ -54,17 +58,32 @@ class CommentOutcome:
 
 @dataclass(frozen=True)
 class Author:
-    """Whose comments count as ours: one login, or (login None) any Bot account."""
+    """Whose comments count as ours: one login, matched case-insensitively."""
 
-    login: str | None
+    login: str
 
     def owns(self, comment: dict[str, Any]) -> bool:
         user = comment.get("user")
         if not isinstance(user, dict):
             return False  # a deleted account ("ghost") is nobody's
-        if self.login is None:
-            return user.get("type") == "Bot"
         return str(user.get("login", "")).lower() == self.login.lower()
+
+
+def parse_bot(text: str, *, option: str = "author") -> str:
+    """An app's bot login, NAME[bot]: the only kind of account step 3 of the module docstring
+    may take as the token's own."""
+    if not _BOT_LOGIN.fullmatch(text.strip()):
+        raise InputError(
+            f"{option} must be an app's bot account, NAME[bot] (e.g. {ACTIONS_BOT}), got {text!r}",
+            path=option,
+        )
+    return text.strip()
+
+
+def same_commit(one: str, other: str) -> bool:
+    """Whether two SHAs, either perhaps abbreviated, name one commit."""
+    one, other = one.lower(), other.lower()
+    return one.startswith(other) or other.startswith(one)
 
 
 def marker(name: str) -> str:
@@ -146,6 +165,32 @@ def with_header(body: str, *, name: str, run_started_at: str) -> str:
     return header(name, run_started_at, was.head) + "\n".join(was.report)
 
 
+def decided_head(decision: DecisionRecord, head_sha: str) -> str:
+    """head_sha, the head the triggering event names, once the decision is shown to be of it.
+
+    An artifact is the pull request's data: one that names another head, or none, is another
+    run's decision (or a stale file) and is refused, never posted as this head's.
+    """
+    if not COMMIT_SHA.fullmatch(head_sha):
+        raise InputError(f"head must be a commit SHA, got {head_sha!r}", path="head_sha")
+    decided = str((decision.get("source") or {}).get("head_sha") or "")
+    if not decided:
+        raise InputError(
+            f"the decision names no head (source.head_sha), so it cannot be shown to be of "
+            f"head {head_sha}: refusing to post it",
+            path="source.head_sha",
+        )
+    if not same_commit(decided, head_sha):
+        # The artifact's value is shown only when it is a SHA: it is untrusted text.
+        theirs = decided if COMMIT_SHA.fullmatch(decided) else "a value that is not a commit SHA"
+        raise InputError(
+            f"the decision is of head {theirs}, not of the run's head {head_sha}: it is "
+            "another head's decision; refusing to post it",
+            path="source.head_sha",
+        )
+    return head_sha
+
+
 def comment_body(
     decision: DecisionRecord,
     *,
@@ -153,9 +198,17 @@ def comment_body(
     run_started_at: str,
     full_report_url: str | None = None,
     limit: int = DEFAULT_LIMIT,
+    head_sha: str | None = None,
 ) -> str:
-    """The report with markers, at most limit characters (GitHub refuses over 65,536)."""
-    head = header(name, run_started_at, (decision.get("source") or {}).get("head_sha"))
+    """The report with markers, at most limit characters (GitHub refuses over 65,536).
+
+    head_sha, the head of the run that triggered the comment, is the head the stamp names; the
+    decision must be of it (decided_head). Without it the stamp names the decision's own head.
+    """
+    if head_sha is not None:
+        head = header(name, run_started_at, decided_head(decision, head_sha))
+    else:
+        head = header(name, run_started_at, (decision.get("source") or {}).get("head_sha"))
     room = limit - len(head)
     if room <= 0:
         raise ValueError(f"limit {limit} leaves no room for the report after the markers")
@@ -177,8 +230,8 @@ def parse_pr(text: str | int, *, option: str = "pr") -> int:
     return int(match[1])
 
 
-def own_author(client: GitHubClient) -> Author:
-    """The token's own account, found as the module docstring describes."""
+def own_author(client: GitHubClient, *, bot: str = ACTIONS_BOT) -> Author:
+    """The token's own account, found as the module docstring describes; bot is step 3's."""
     for path, key, suffix in (("/user", "login", ""), ("/app", "slug", "[bot]")):
         try:
             doc = client.get(path)
@@ -193,7 +246,7 @@ def own_author(client: GitHubClient) -> Author:
         value = doc.get(key) if isinstance(doc, dict) else None
         if isinstance(value, str) and value:
             return Author(value + suffix)
-    return Author(None)
+    return Author(parse_bot(bot))
 
 
 def _started(comment: dict[str, Any]) -> dt.datetime | None:
@@ -208,12 +261,13 @@ def upsert_comment(
     *,
     name: str,
     run_started_at: str,
-    author: str | None = None,
+    author: Author | None = None,
     carry: Callable[[str, str], str] | None = None,
 ) -> CommentOutcome:
     """Create, update or leave this matrix's comment on the PR; collapse duplicates.
 
-    author skips the lookup of the token's own account when the caller already knows it.
+    author is the token's own account (default: own_author(client)); only its comments are
+    edited or deleted.
     carry(previous body, new text) may keep a part of the comment it replaces (a later run's
     banner: suite/github/banner.py), as long as the text still fits.
     """
@@ -227,7 +281,7 @@ def upsert_comment(
             f"{GITHUB_BODY_LIMIT}: build it with comment_body(), which truncates",
             path="body",
         )
-    me = Author(author) if author else own_author(client)
+    me = author or own_author(client)
     base = f"/repos/{owner}/{repo_name}/issues"
     first_line = marker(name)
     mine = sorted(

@@ -68,6 +68,9 @@ class Assessment:
     unknown: tuple[Unknown, ...] = ()
     disagreements: tuple[str, ...] = ()
     companions: tuple[tuple[str, str | None, str | None], ...] = ()  # (package, old, new) moved
+    # Every index URL the base side's pins install from, any file, any package: the hosts a
+    # pull request may not add to by itself (suite/pins/index_hosts.py).
+    base_index_urls: tuple[str, ...] = ()
 
     @property
     def run(self) -> bool:
@@ -240,7 +243,13 @@ def assess(base: Tree, head: Tree) -> Assessment:
         unknown=tuple(unknown),
         disagreements=tuple(disagreements),
         companions=tuple(companions),
+        base_index_urls=_index_urls(base_pins),
     )
+
+
+def _index_urls(pins: Sequence[Pin]) -> tuple[str, ...]:
+    urls = ((*((p.index_url,) if p.index_url else ()), *p.extra_index_urls) for p in pins)
+    return tuple(dict.fromkeys(u for some in urls for u in some))
 
 
 def detect_bump(base: Mapping[str, str], head: Mapping[str, str]) -> Assessment | None:
