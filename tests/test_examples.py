@@ -36,13 +36,13 @@ def test_sink_mask_example_runs(tmp_path: Path) -> None:
 
 PIN = re.compile(
     r"uses: torch-matrix/torch-matrix/\.github/workflows/(torch-matrix(?:-comment)?\.yml)"
-    r"@([0-9a-f]{40}) # v1\n"
+    r"@([0-9a-f]{40}) # torch-matrix \S+\n"
 )
 
 
 def test_the_example_callers_pin_a_commit_whose_workflows_are_these() -> None:
-    """A tag can be moved to other code: the examples pin a commit SHA (the tag in a comment,
-    for update tools), and that commit's workflows and action are the ones here, so a team that
+    """A tag can be moved to other code: the examples pin a commit SHA (the version in a
+    comment, for update tools), and that commit's workflows and action are the ones here, so a team that
     copies the examples runs what this checkout holds."""
     pins = {}
     for name in ("torch-matrix-pr.yml", "torch-matrix-comment.yml"):
