@@ -16,24 +16,15 @@ with the base's layers.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any
 
 from suite.core.errors import EnvironmentProblem, InputError
 from suite.core.secrets import redact_text
-from suite.execute.images import PUSH_TIMEOUT_S, docker_command, inspect_image
+from suite.execute.images import PUSH_TIMEOUT_S, Base, docker_command, inspect_image
 
 OPTION = "--base"
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 PIN_HOW = "docker image inspect --format '{{.Id}}' NAME"
-
-
-@dataclass(frozen=True)
-class Base:
-    reference: str  # what FROM names: name@sha256:repo-digest, or the tag of a local image
-    digest: str  # the repo digest's sha256, or the image id of a base that was never pushed
-    digest_kind: str  # "repo-digest" or "image-id"
-    layers: tuple[str, ...] = ()  # its layers, with which the built image must begin
 
 
 def _parts(reference: str) -> tuple[str, str, str | None]:

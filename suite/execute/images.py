@@ -30,15 +30,12 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from suite.core.backends import backend_entry, backend_names, image_backends
 from suite.core.errors import EnvironmentProblem, InputError
 from suite.execute.indexes import Indexes
 from suite.execute.manifest import file_digest
-
-if TYPE_CHECKING:
-    from suite.execute.bases import Base
 
 
 def dockerfile_of(name: str) -> str:
@@ -205,6 +202,16 @@ def wheel_listing(folder: Path) -> str:
     return hashlib.sha256(
         "\n".join(f"{w.name} {file_digest(w)}" for w in wheels).encode()
     ).hexdigest()
+
+
+@dataclass(frozen=True)
+class Base:
+    """A base image pinned by its digest (suite/execute/bases.py resolves one)."""
+
+    reference: str  # what FROM names: name@sha256:repo-digest, or the tag of a local image
+    digest: str  # the repo digest's sha256, or the image id of a base that was never pushed
+    digest_kind: str  # "repo-digest" or "image-id"
+    layers: tuple[str, ...] = ()  # its layers, with which the built image must begin
 
 
 # --- docker ---------------------------------------------------------------------------------
