@@ -130,8 +130,10 @@ def pins_command(
     poetry.lock, pdm.lock, Pipfile.lock, pylock*.toml, conda environment*.yml, pixi.toml,
     pixi.lock and Dockerfiles; or two single files (--base-file/--head-file, read as the head
     file's name says, else as requirements; .toml as pyproject.toml). A changed file that cannot
-    be read, a moved range with no lock, or files that disagree give `unknown` (exit 0, status
-    unknown, run true), never "no torch change". torchvision, torchaudio and triton moves are
+    be read, a moved range with no lock, files that disagree, or a changed line of any file (but
+    documentation) that could move torch and that no reader explains (suite/pins/scan.py) give
+    `unknown` (exit 0, status unknown, run true), never "no torch change". torchvision,
+    torchaudio and triton moves are
     reported beside torch. With GITHUB_OUTPUT set, also writes the step outputs changed, status,
     run, baseline, candidate, files, message, unknown, companions and the index URLs.
 
@@ -144,10 +146,13 @@ def pins_command(
     """
     from suite.core.index_access import parse_hosts
     from suite.pins.assess import Tree, assess, pin_file_kind, tree_at_ref, tree_of
+    from suite.pins.scan import git_changes, text_changes
 
     named = parse_hosts(" ".join(index_hosts), option="--index-hosts")
     if base and head and not (base_file or head_file):
-        result = assess(tree_at_ref(repo, base), tree_at_ref(repo, head))
+        base_tree, head_tree = tree_at_ref(repo, base), tree_at_ref(repo, head)
+        changes, unscanned = git_changes(repo, base, head)
+        result = assess(base_tree, head_tree, changes, unscanned)
     elif base_file and head_file and not (base or head):
         kind = pin_file_kind(head_file.name) or (
             "pyproject" if head_file.suffix == ".toml" else "requirements"
@@ -157,7 +162,9 @@ def pins_command(
         def single(path: Path, option: str) -> Tree:
             return tree_of({key: _read(path, option)}, {key: kind})
 
-        result = assess(single(base_file, "--base-file"), single(head_file, "--head-file"))
+        trees = single(base_file, "--base-file"), single(head_file, "--head-file")
+        changes = text_changes(key, trees[0].texts.get(key), trees[1].texts.get(key))
+        result = assess(*trees, changes)
     else:
         raise InputError(
             "give --base and --head (git refs), or --base-file and --head-file",

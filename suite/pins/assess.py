@@ -28,6 +28,8 @@ from suite.core.errors import InputError
 from suite.pins.files import Pin, pin_file_kind, pins_in_file
 from suite.pins.formats import TRACKED, Unreadable
 from suite.pins.refs import GIT_TIMEOUT_S, MAX_FILE_BYTES, files_at_ref, tree_at_ref
+from suite.pins.scan import Changed, texts_changes, unexplained
+from suite.pins.scan import reason as scan_reason
 from suite.pins.tree import Tree, tree_of
 
 __all__ = [
@@ -194,8 +196,14 @@ def _keys_by_file(pins: Sequence[Pin], package: str) -> dict[str, set[str]]:
     return by_file
 
 
-def assess(base: Tree, head: Tree) -> Assessment:
-    """Did the change move torch (and what moved with it), or can that not be told?"""
+def assess(
+    base: Tree, head: Tree, changes: Sequence[Changed] | None = None, unscanned: str | None = None
+) -> Assessment:
+    """Did the change move torch (and what moved with it), or can that not be told?
+
+    changes: the lines the change adds and removes in every file (suite/pins/scan.py); each
+    that could move torch and that no reader explains makes the answer unknown. unscanned: why
+    the change could not be scanned (then the answer is unknown)."""
     changed = {p for p in base.ids.keys() | head.ids.keys() if base.ids.get(p) != head.ids.get(p)}
     base_pins, base_bad = read_tree(base)
     head_pins, head_bad = read_tree(head)
@@ -205,6 +213,14 @@ def assess(base: Tree, head: Tree) -> Assessment:
         for path, reason in sorted(bad.items())
         if path in changed
     ]
+    if unscanned:
+        unknown.append(Unknown("*", "head", unscanned))
+    if changes:
+        read = {"base": _read_files(base, base_bad), "head": _read_files(head, head_bad)}
+        aliases = {"base": base.aliases, "head": head.aliases}
+        found = unexplained(changes, {"base": base_pins, "head": head_pins}, read, aliases)
+        already = {(u.file, u.side) for u in unknown}  # a reader said why already
+        unknown += _scan_unknowns([c for c in found if (c.path, c.side) not in already])
     old, old_problems = effective_pin(base_pins, "torch")
     new, new_problems = effective_pin(head_pins, "torch")
     a, b = _keys_by_file(base_pins, "torch"), _keys_by_file(head_pins, "torch")
@@ -247,6 +263,25 @@ def assess(base: Tree, head: Tree) -> Assessment:
     )
 
 
+def _read_files(tree: Tree, bad: Mapping[str, str]) -> set[str]:
+    """The files of a side that a reader read whole: pin files without an error, and what
+    their includes reached."""
+    named = {p for p in tree.texts if tree.kinds.get(p) or pin_file_kind(p)}
+    return (named | set(tree.sources)) - set(bad)
+
+
+def _scan_unknowns(found: Sequence[Changed]) -> list[Unknown]:
+    """One reason per file and side: its first unexplained line, and how many more."""
+    grouped: dict[tuple[str, str], list[Changed]] = {}
+    for change in found:
+        grouped.setdefault((change.path, change.side), []).append(change)
+    out = []
+    for (path, side), lines in grouped.items():
+        more = f" (and {len(lines) - 1} more such lines)" if len(lines) > 1 else ""
+        out.append(Unknown(path, side, scan_reason(lines[0]) + more))
+    return out
+
+
 def _index_urls(pins: Sequence[Pin]) -> tuple[str, ...]:
     urls = ((*((p.index_url,) if p.index_url else ()), *p.extra_index_urls) for p in pins)
     return tuple(dict.fromkeys(u for some in urls for u in some))
@@ -255,5 +290,5 @@ def _index_urls(pins: Sequence[Pin]) -> tuple[str, ...]:
 def detect_bump(base: Mapping[str, str], head: Mapping[str, str]) -> Assessment | None:
     """The assessment of two trees (path -> text); None when no torch pin changed and every
     changed file was read."""
-    result = assess(tree_of(base), tree_of(head))
+    result = assess(tree_of(base), tree_of(head), texts_changes(base, head))
     return None if result.status == "unchanged" else result

@@ -75,9 +75,11 @@ def format_of(path: str) -> str | None:
         return "conda"
     if lower.endswith((".yml", ".yaml")) and lower.startswith("environment"):
         return "conda"
-    if lower in ("dockerfile", "containerfile") or lower.startswith("dockerfile."):
-        return "dockerfile"
-    if lower.endswith(".dockerfile"):
+    # Any name that says it is one: Dockerfile, Dockerfile.cuda, Dockerfile_intel, rocm.dockerfile,
+    # Containerfile-amd; not its documentation (Dockerfile.md) or ignore file.
+    if ("dockerfile" in lower or "containerfile" in lower) and not lower.endswith(
+        (".md", ".rst", ".txt", ".dockerignore", ".containerignore", ".j2", ".tmpl", ".template")
+    ):
         return "dockerfile"
     return None
 

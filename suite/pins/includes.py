@@ -32,6 +32,7 @@ class Blob:
     id: str
     text: str | None
     problem: str = ""
+    real: str | None = None  # the path it was read at, when a symlink led there
 
 
 # path -> the file on that side; None when the side has no such file.

@@ -121,7 +121,8 @@ class _RefReader:
         if entry.size is not None and entry.size > MAX_FILE_BYTES:
             why = f"{entry.size >> 20} MiB, above the {MAX_FILE_BYTES >> 20} MiB read limit"
             return Blob(entry.obj, None, why)
-        return Blob(entry.obj, self._blob(entry.obj).decode("utf-8-sig", "replace"))
+        text = self._blob(entry.obj).decode("utf-8-sig", "replace")
+        return Blob(entry.obj, text, real=real if linked else None)
 
 
 def tree_at_ref(repo: Path, ref: str) -> Tree:

@@ -28,6 +28,8 @@ class Tree:
     # A requirements file -> the files its -r/-c includes reach, in pip's order, each once.
     includes: dict[str, tuple[str, ...]] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)  # included path -> its text
+    # A file read through a symlink: the path it was read at -> the link's path.
+    aliases: dict[str, str] = field(default_factory=dict)
 
 
 def _digest(text: str) -> str:
@@ -42,6 +44,8 @@ def build_tree(paths: Iterable[str], read: Reader, kinds: Mapping[str, str] | No
         if blob is None:
             continue
         tree.ids[path] = blob.id
+        if blob.real is not None:
+            tree.aliases[blob.real] = path
         if blob.text is None:
             tree.unread[path] = blob.problem
             continue

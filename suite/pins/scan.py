@@ -1,0 +1,239 @@
+"""The fail-closed scan behind the pin readers: every changed line of every changed file that
+could name a torch install is either explained by a reader that read that file, or makes the
+answer `unknown`, naming the file and line.
+
+The readers (suite/pins/files.py, formats.py, dockerfile.py) turn what they understand into exact
+answers. What they do not understand — a file of a name no reader knows (`Dockerfile_intel`,
+`setup.py`, a workflow's `run:` step, a shell script), a line a reader skipped (a command word
+built from a variable, a heredoc) — must not become "no torch change": a torch move missed
+there merges with no evidence. So the scan looks at the change itself, not at the files the
+readers chose: "no torch change" is said only when no changed line anywhere could move torch.
+
+A line could move torch when it holds a torch requirement (`torch==2.7.0`, `torch>=2`,
+`torch @ https://…`), a torch wheel (`torch-2.7.0-….whl`), an image whose name holds torch
+(`pytorch/pytorch:2.7.0-…`, `rocm/pytorch:latest`), a torch version variable (`TORCH_VERSION=`,
+`PYTORCH_VERSION:`), or a `pip install`/`conda install` of torch. Documentation (Markdown,
+reStructuredText, HTML, notebooks) installs nothing and is not scanned.
+
+A changed line of a file a reader read is explained when the reader found a torch (or
+torchvision, torchaudio, triton) pin on that line of that side, or when every version the line
+names is a version one of that file's pins on that side has (an `ARG TORCH_VERSION=2.7.0` the
+reader substituted). Lock files are read whole, by their structure: their lines are explained.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import subprocess
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from suite.core.errors import EnvironmentProblem, InputError
+from suite.pins.files import pin_file_kind
+from suite.pins.requirement import Pin
+
+GIT_TIMEOUT_S = 60.0
+MAX_DIFF_BYTES = 64 << 20
+SHOWN = 120  # characters of a line quoted in a reason
+
+# Formats whose reader reads the whole file by its structure (a line of a lock names no package).
+WHOLE_FILE_FORMATS = frozenset(
+    {"uv-lock", "poetry-lock", "pdm-lock", "pipfile-lock", "pylock", "pixi-lock", "conda",
+     "pixi-manifest"}
+)  # fmt: skip
+# Files that install nothing: documentation.
+DOC_SUFFIXES = (".md", ".markdown", ".rst", ".html", ".htm", ".ipynb", ".tex", ".adoc", ".txt.md")
+
+_TORCH = r"(?<![\w.-])(?:py)?torch(?![\w-])"
+_PATTERNS = (
+    # a requirement: torch==2.7.0, torch>=2, torch[opt]~=2.1, torch @ https://..., pytorch=2.1
+    re.compile(_TORCH + r"\s*(?:\[[^\]]*\])?\s*(?:===?|~=|>=|<=|!=|>|<|@|=)\s*['\"]?[\w*${]", re.I),
+    # a table or mapping entry: torch = "2.7.0", "torch": "^2.1", torch = { version = ... }
+    re.compile(_TORCH + r"['\"]?\s*[:=]\s*['\"{]", re.I),
+    # a wheel
+    re.compile(r"(?<![\w-])torch-\d[\w.+!%-]*\.whl", re.I),
+    # an image whose name holds torch, with a tag or a digest
+    re.compile(r"(?:[\w.-]+/)*[\w.-]*torch[\w.-]*(?::[\w.+-]+|@sha256:[0-9a-f]+)", re.I),
+    # a torch version variable, assigned or given a default
+    re.compile(r"(?<![\w])\$?\{?(?:py)?torch[_-]?(?:version|ver)\b", re.I),
+    # an install command that names torch, pinned or not
+    re.compile(
+        r"\b(?:pip[\w.${}-]*|conda|mamba|micromamba|uv\s+pip|poetry)\b.*\b(?:add|install)\b.*"
+        + _TORCH,
+        re.I,
+    ),
+)
+_VERSION = re.compile(r"(?<![\w.])v?(\d+(?:\.\d+)+)")
+_COMMENT = re.compile(r"(?:^|\s)#(?!egg=|sha256).*$")
+
+
+@dataclass(frozen=True)
+class Changed:
+    """A line the change adds (side head) or removes (side base), 1-based on its side."""
+
+    path: str
+    side: str  # "base" or "head"
+    line: int
+    text: str
+
+
+def could_move_torch(text: str) -> bool:
+    """Whether a line could name a torch install (see the module docstring)."""
+    line = _COMMENT.sub("", text)
+    return any(p.search(line) for p in _PATTERNS)
+
+
+def scanned(path: str) -> bool:
+    """Whether a file of this name is scanned: any file but documentation."""
+    return not PurePosixPath(path).name.lower().endswith(DOC_SUFFIXES)
+
+
+def text_changes(path: str, old: str | None, new: str | None) -> list[Changed]:
+    """The lines one file's change removes and adds, by difflib (texts held in memory)."""
+    a = (old or "").splitlines()
+    b = (new or "").splitlines()
+    out: list[Changed] = []
+    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        out += [Changed(path, "base", i + 1, a[i]) for i in range(i1, i2)]
+        out += [Changed(path, "head", j + 1, b[j]) for j in range(j1, j2)]
+    return out
+
+
+def texts_changes(base: Mapping[str, str], head: Mapping[str, str]) -> list[Changed]:
+    """The changed lines of every file of two trees held in memory (path -> text)."""
+    out: list[Changed] = []
+    for path in sorted(base.keys() | head.keys()):
+        if base.get(path) != head.get(path):
+            out += text_changes(path, base.get(path), head.get(path))
+    return out
+
+
+_HUNK = re.compile(rb"^@@ -(\d+)(?:,\d+)? \+(\d+)(?:,\d+)? @@")
+
+
+def git_changes(repo: Path, base: str, head: str) -> tuple[list[Changed], str | None]:
+    """The changed lines between two refs (`git diff -U0`, binary files left out), and why the
+    change could not be scanned (None when it was)."""
+    argv = [
+        "git", "-C", str(repo), "-c", "core.quotePath=false", "diff", "--no-color",
+        "--no-ext-diff", "--no-textconv", "--no-renames", "-U0", base, head, "--",
+    ]  # fmt: skip
+    try:
+        proc = subprocess.run(argv, capture_output=True, timeout=GIT_TIMEOUT_S, check=False)
+    except FileNotFoundError:
+        raise EnvironmentProblem("git is not installed (needed to read --base/--head)") from None
+    except subprocess.TimeoutExpired:
+        return [], f"git diff took more than {GIT_TIMEOUT_S:.0f}s: the change was not scanned"
+    if proc.returncode != 0:
+        why = proc.stderr.decode("utf-8", "replace").strip() or f"git exited {proc.returncode}"
+        raise InputError(f"cannot diff {base!r} and {head!r}: {why}", file=str(repo))
+    if len(proc.stdout) > MAX_DIFF_BYTES:
+        return [], f"the diff is above {MAX_DIFF_BYTES >> 20} MiB: the change was not scanned"
+    return list(_parse_diff(proc.stdout.splitlines())), None
+
+
+def _parse_diff(lines: Iterable[bytes]) -> Iterable[Changed]:
+    """Changed lines from `git diff -U0`: a removed line by the path it had (a deleted file's
+    lines count, under its old path), an added line by the path it has."""
+    old_path: str | None = None
+    new_path: str | None = None
+    old = new = 0
+    for raw in lines:
+        if raw.startswith(b"diff --git "):
+            old_path = new_path = None
+        elif raw.startswith(b"--- ") and old_path is None and new_path is None:
+            old_path = _side_path(raw[4:], b"a/")
+        elif raw.startswith(b"+++ ") and new_path is None:
+            new_path = _side_path(raw[4:], b"b/") or ""
+        elif raw.startswith(b"@@"):
+            found = _HUNK.match(raw)
+            if found:
+                old, new = int(found[1]), int(found[2])
+        elif raw.startswith(b"-") and old_path:
+            yield Changed(old_path, "base", old, raw[1:].decode("utf-8", "replace"))
+            old += 1
+        elif raw.startswith(b"+") and new_path:
+            yield Changed(new_path, "head", new, raw[1:].decode("utf-8", "replace"))
+            new += 1
+
+
+def _side_path(name: bytes, prefix: bytes) -> str | None:
+    """A diff header's path (a/x or b/x); None for /dev/null."""
+    return (
+        name[len(prefix) :].decode("utf-8", "surrogateescape") if name.startswith(prefix) else None
+    )
+
+
+def _versions(pins: Iterable[Pin]) -> set[tuple[int, ...]]:
+    """Every version the pins name: their exact versions (local label dropped) and the ones
+    their sides and URLs spell (a git tag v2.7.0, a wheel's torch-2.7.0)."""
+    out: set[tuple[int, ...]] = set()
+    for pin in pins:
+        texts = [pin.version.split("+", 1)[0] if pin.version else "", pin.side, pin.url or ""]
+        out.update(_numbers(v) for t in texts for v in _VERSION.findall(t))
+    return out
+
+
+def _numbers(version: str) -> tuple[int, ...]:
+    parts = [int(x) for x in version.split(".")]
+    while len(parts) > 1 and parts[-1] == 0:
+        parts.pop()
+    return tuple(parts)
+
+
+def _explained_by(text: str, line: int, found: Sequence[Pin]) -> bool:
+    """Whether a read file's pins explain one of its changed lines: a pin on that line; or the
+    line names no version and the file has a torch pin on that side (the line refers to values
+    the reader substituted); or every version it names is, or begins, one a pin names (an
+    `ARG TORCH_MAJOR_MINOR=2.7` of a 2.7.1 pin)."""
+    if any(p.line == line for p in found):
+        return True
+    named = [_numbers(v) for v in _VERSION.findall(_COMMENT.sub("", text))]
+    if not named:
+        return any(p.package == "torch" for p in found)
+    known = _versions(found)
+    return all(any(k[: len(n)] == n for k in known) for n in named)
+
+
+def unexplained(
+    changes: Sequence[Changed],
+    pins: Mapping[str, Sequence[Pin]],
+    read: Mapping[str, set[str]],
+    aliases: Mapping[str, Mapping[str, str]] | None = None,
+) -> list[Changed]:
+    """The changed lines that could move torch and no reader explains. pins: side -> that
+    side's pins; read: side -> the files a reader read on that side (without error); aliases:
+    side -> a file read through a symlink -> the link, whose reader read it."""
+    by_file: dict[tuple[str, str], list[Pin]] = {}
+    for side, side_pins in pins.items():
+        for pin in side_pins:
+            for file in {pin.file, pin.included} - {None}:
+                assert file is not None
+                by_file.setdefault((side, file), []).append(pin)
+    out = []
+    for change in changes:
+        if not scanned(change.path) or not could_move_torch(change.text):
+            continue
+        path = (aliases or {}).get(change.side, {}).get(change.path, change.path)
+        if path in read.get(change.side, set()):
+            if pin_file_kind(path) in WHOLE_FILE_FORMATS:
+                continue
+            if _explained_by(change.text, change.line, by_file.get((change.side, path), [])):
+                continue
+        out.append(change)
+    return out
+
+
+def reason(change: Changed) -> str:
+    """Why a changed line makes the answer unknown."""
+    text = change.text.strip()
+    shown = text if len(text) <= SHOWN else text[: SHOWN - 1] + "…"
+    verb = "adds" if change.side == "head" else "removes"
+    return (
+        f"line {change.line} {verb} {shown!r}, which could move torch and which no reader explains"
+    )

@@ -1,0 +1,205 @@
+"""The fail-closed scan behind the pin readers (suite/pins/scan.py): a changed line anywhere that
+could move torch, and that no reader explains, makes `pins` answer unknown, never "no torch
+change". One small file of each shape the readers missed in real repositories (written here,
+from the shape alone), on real git commits, and a seeded property over random file names."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from suite.cli.ci import pins_command
+from suite.pins.assess import detect_bump
+from suite.pins.scan import Changed, could_move_torch, git_changes, text_changes
+
+
+def _git(root: Path, *args: str) -> None:
+    subprocess.run(
+        ["git", "-C", str(root), "-c", "user.email=t@e", "-c", "user.name=t", *args],
+        check=True, capture_output=True,
+    )  # fmt: skip
+
+
+def _pins(tmp_path: Path, base: dict[str, str], head: dict[str, str]) -> dict[str, object]:
+    root = tmp_path / "repo"
+    root.mkdir(parents=True)
+    _git(root, "init", "-q")
+    for files, message in ((base, "base"), (head, "head")):
+        for old in root.rglob("*"):
+            if old.is_file() and ".git" not in old.parts:
+                old.unlink()
+        for name, text in files.items():
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            (root / name).write_text(text)
+        _git(root, "add", "-A")
+        _git(root, "commit", "-qm", message, "--allow-empty")
+    argv = ["--base", "HEAD~1", "--head", "HEAD", "--repo", str(root), "--json"]
+    result = CliRunner().invoke(pins_command, argv, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    record: dict[str, object] = json.loads(result.stdout)
+    return record
+
+
+def _files(record: dict[str, object]) -> set[str]:
+    unknown = record.get("unknown") or []
+    assert isinstance(unknown, list)
+    return {u["file"] for u in unknown}
+
+
+APP = "import torch\nprint(torch.__version__)\n"
+# Each shape: (base files, head files, the file the answer must name). Every one of them was
+# "no torch change" before the scan.
+SHAPES = {
+    "command word from variables": (
+        {"docker/Dockerfile": "FROM debian:12\nARG PYTORCH_VERSION=2.13.0\nARG PV=3\n"
+         "RUN pip${PV} install torch==${PYTORCH_VERSION}+cpu\n"},
+        {"docker/Dockerfile": "FROM debian:12\nARG PYTORCH_VERSION=2.14.1\nARG PV=3\n"
+         "RUN pip${PV} install torch==${PYTORCH_VERSION}+cpu\n"},
+        "docker/Dockerfile",
+    ),
+    "BuildKit heredoc": (
+        {"Dockerfile": "FROM debian:12\nRUN <<EOF\nuv pip install --system torch==2.13.0\nEOF\n"},
+        {"Dockerfile": "FROM debian:12\nRUN <<EOF\nuv pip install --system torch==2.14.1\nEOF\n"},
+        "Dockerfile",
+    ),
+    "setup.py": (
+        {"setup.py": "from setuptools import setup\nsetup(install_requires=['torch>=2.13,<2.14'])\n"},
+        {"setup.py": "from setuptools import setup\nsetup(install_requires=['torch>=2.14,<2.15'])\n"},
+        "setup.py",
+    ),
+    "workflow run step": (
+        {".github/workflows/ci.yml": "jobs:\n  t:\n    steps:\n      - run: pip install torch==2.13.0\n"},
+        {".github/workflows/ci.yml": "jobs:\n  t:\n    steps:\n      - run: pip install torch==2.14.1\n"},
+        ".github/workflows/ci.yml",
+    ),
+    "workflow matrix": (
+        {".github/workflows/ci.yml": "jobs:\n  t:\n    strategy:\n      matrix:\n        torch-version: ['2.13.0']\n"},
+        {".github/workflows/ci.yml": "jobs:\n  t:\n    strategy:\n      matrix:\n        torch-version: ['2.14.1']\n"},
+        ".github/workflows/ci.yml",
+    ),
+    "rocm image with the version in its tag": (
+        {"Dockerfile": "FROM rocm/pytorch:rocm6.1_ubuntu22.04_py3.10_pytorch_2.1.2\n"},
+        {"Dockerfile": "FROM rocm/pytorch:rocm6.2_ubuntu22.04_py3.10_pytorch_2.3.0\n"},
+        "Dockerfile",
+    ),
+    "an image with torch in its name, moved to latest": (
+        {"compose.yaml": "services:\n  train:\n    image: mosaicml/pytorch:2.1.2_cu121-python3.10\n"},
+        {"compose.yaml": "services:\n  train:\n    image: rocm/pytorch:latest\n"},
+        "compose.yaml",
+    ),
+    "a shell script": (
+        {"scripts/setup.sh": "#!/bin/sh\npython -m pip install 'torch==2.13.0' numpy\n"},
+        {"scripts/setup.sh": "#!/bin/sh\npython -m pip install 'torch==2.14.1' numpy\n"},
+        "scripts/setup.sh",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_a_torch_move_no_reader_explains_is_unknown(tmp_path: Path, shape: str) -> None:
+    base, head, named = SHAPES[shape]
+    base = {**base, "app.py": APP}
+    head = {**head, "app.py": APP}
+    record = _pins(tmp_path, base, head)
+    assert record["status"] == "unknown" and record["run"] is True, record
+    assert named in _files(record), record
+    assert "which could move torch and which no reader explains" in str(record["message"])
+
+
+def test_a_dockerfile_of_any_name_is_read(tmp_path: Path) -> None:
+    """Dockerfile_intel, Dockerfile-amd, gpu.Dockerfile: read as Dockerfiles, an exact answer."""
+    for name in ("Dockerfile_intel", "Containerfile-amd", "docker/gpu.Dockerfile"):
+        folder = tmp_path / name.replace("/", "-")
+        folder.mkdir()
+        record = _pins(
+            folder,
+            {name: "FROM debian:12\nRUN pip install torch==2.13.0\n"},
+            {name: "FROM debian:12\nRUN pip install torch==2.14.1\n"},
+        )
+        assert record["status"] == "changed", (name, record)
+        assert (record["baseline"], record["candidate"]) == ("torch==2.13.0", "torch==2.14.1")
+
+
+def test_what_no_reader_needs_to_explain_stays_no_change(tmp_path: Path) -> None:
+    """A change that names torch only as code and prose: no torch change (no spurious unknown),
+    and a reader-explained move stays exact."""
+    record = _pins(
+        tmp_path,
+        {"app.py": APP, "README.md": "Needs torch>=2.13.\n", "requirements.txt": "torch==2.13.0\n"},
+        {"app.py": APP + "x = torch.ones(2)\nif torch.__version__ >= '2.14': pass\n",
+         "README.md": "Needs torch>=2.14.\n", "requirements.txt": "torch==2.13.0\n"},
+    )  # fmt: skip
+    assert record["status"] == "unchanged", record
+    moved = _pins(
+        tmp_path / "moved",
+        {"Dockerfile": "FROM debian:12\nARG TORCH_VERSION=2.13.0\nRUN pip install torch==${TORCH_VERSION}\n"},
+        {"Dockerfile": "FROM debian:12\nARG TORCH_VERSION=2.14.1\nRUN pip install torch==${TORCH_VERSION}\n"},
+    )  # fmt: skip
+    assert moved["status"] == "changed", moved
+
+
+def test_git_and_texts_give_the_same_changed_lines(tmp_path: Path) -> None:
+    """The diff reader of git commits and the one of texts in memory agree, a deleted file's
+    lines included (under its old path)."""
+    base = {"a.txt": "one\ntwo\nthree\n", "gone.sh": "pip install torch==2.13.0\n"}
+    head = {"a.txt": "one\n2\nthree\nfour\n", "new.sh": "-- a line\n++ another\n"}
+    root = tmp_path / "repo"
+    root.mkdir()
+    _git(root, "init", "-q")
+    for files in (base, head):
+        for old in root.glob("*.*"):
+            if old.is_file():
+                old.unlink()
+        for name, text in files.items():
+            (root / name).write_text(text)
+        _git(root, "add", "-A")
+        _git(root, "commit", "-qm", "x")
+    from_git, problem = git_changes(root, "HEAD~1", "HEAD")
+    assert problem is None
+    from_texts = [
+        c for name in sorted(base.keys() | head.keys())
+        for c in text_changes(name, base.get(name), head.get(name))
+    ]  # fmt: skip
+    assert sorted(from_git, key=repr) == sorted(from_texts, key=repr)
+    assert Changed("gone.sh", "base", 1, "pip install torch==2.13.0") in from_git
+
+
+FORMS = (
+    "torch=={v}", "torch>={v}", "'torch=={v}',", '"torch": "^{v}"', "torch = \"{v}\"",
+    "pytorch={v}", "RUN pip install torch=={v}", "pip3 install -U torch=={v}+cu128",
+    "FROM pytorch/pytorch:{v}-cuda12.4-cudnn9-runtime", "image: nvcr.io/nvidia/pytorch:{v}-py3",
+    "TORCH_VERSION={v}", "ARG PYTORCH_VERSION={v}", "torch_version: '{v}'",
+    "https://download.pytorch.org/whl/cu128/torch-{v}%2Bcu128-cp311-cp311-linux_x86_64.whl",
+    "conda install -y pytorch=={v} -c pytorch", "uv pip install torch=={v}",
+)  # fmt: skip
+STEMS = ("Dockerfile", "setup", "build", "ci", "env", "deps", "install", "x", "requirements",
+         "pyproject", "Makefile", "justfile", "tox", "noxfile", "run", "train")  # fmt: skip
+SUFFIXES = ("", ".py", ".sh", ".yml", ".yaml", ".toml", ".cfg", ".txt", ".in", ".json", ".ini",
+            ".mk", ".bash", ".ps1", "_intel", ".cuda")  # fmt: skip
+FILLER = ("import os", "echo hello", "name: build", "[tool.x]", "# a comment", "", "x = 1")
+
+
+def test_a_torch_version_put_into_any_file_is_never_no_change() -> None:
+    """Seeded property: 400 random edits, each putting a torch version in one of the forms
+    above into a file of a random name and type, with other files around it; `pins` never
+    answers no torch change."""
+    rng = random.Random(35)
+    for case in range(400):
+        name = rng.choice(["", "docker/", "ci/", ".github/workflows/"]) + rng.choice(STEMS)
+        name += rng.choice(SUFFIXES)
+        lines = [rng.choice(FILLER) for _ in range(rng.randint(0, 12))]
+        base = {name: "\n".join(lines) + "\n", "app.py": APP}
+        version = f"2.{rng.randint(0, 20)}.{rng.randint(0, 3)}"
+        form = rng.choice(FORMS).format(v=version)
+        assert could_move_torch(form), form
+        lines.insert(rng.randint(0, len(lines)), form)
+        head = {name: "\n".join(lines) + "\n", "app.py": APP}
+        if rng.random() < 0.3:  # or the line moves from one version to another
+            base = {name: head[name].replace(version, "1.13.1"), "app.py": APP}
+        result = detect_bump(base, head)
+        assert result is not None, (case, name, form)
