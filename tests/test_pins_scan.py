@@ -166,7 +166,33 @@ def test_git_and_texts_give_the_same_changed_lines(tmp_path: Path) -> None:
         for c in text_changes(name, base.get(name), head.get(name))
     ]  # fmt: skip
     assert sorted(from_git, key=repr) == sorted(from_texts, key=repr)
-    assert Changed("gone.sh", "base", 1, "pip install torch==2.13.0") in from_git
+    assert Changed("gone.sh", "base", 1, "pip install torch==2.13.0", gone=True) in from_git
+
+
+def test_a_line_that_says_the_same_of_torch_or_a_deleted_file_moves_nothing(
+    tmp_path: Path,
+) -> None:
+    """A mirror, a flag or an OS moved beside an unchanged torch is no torch change; a file the
+    change deletes installs nothing any more; the same lines naming another torch (a CUDA
+    variant included) stay unknown."""
+    ci = ".github/workflows/ci.yml"
+    line = "      - run: pip install torch==2.13.0{} -f https://{}.example/whl\n"
+    image = "    container: team/pytorch:2.13.0_cpu-python3.11-ubuntu{}\n"
+    same = _pins(
+        tmp_path / "same",
+        {ci: line.format("", "us") + image.format("20.04"), "gone.sh": "pip install torch==2.1\n"},
+        {ci: line.format("", "cn") + image.format("22.04")},
+    )  # fmt: skip
+    assert same["status"] == "unchanged", same
+    for moved in (line.format("+cu128", "us") + image.format("20.04"),
+                  line.format("", "us") + image.format("20.04").replace("2.13.0", "2.14.1"),
+                  line.format("", "us") + image.format("20.04").replace("_cpu", "_cu128")):  # fmt: skip
+        record = _pins(tmp_path / f"moved{len(moved)}", {ci: _same_base(line, image)}, {ci: moved})
+        assert record["status"] == "unknown", record
+
+
+def _same_base(line: str, image: str) -> str:
+    return line.format("", "us") + image.format("20.04")
 
 
 FORMS = (
@@ -186,8 +212,8 @@ FILLER = ("import os", "echo hello", "name: build", "[tool.x]", "# a comment", "
 
 def test_a_torch_version_put_into_any_file_is_never_no_change() -> None:
     """Seeded property: 400 random edits, each putting a torch version in one of the forms
-    above into a file of a random name and type, with other files around it; `pins` never
-    answers no torch change."""
+    above (in Python source, as a string) into a file of a random name and type, with other
+    files around it; `pins` never answers no torch change."""
     rng = random.Random(35)
     for case in range(400):
         name = rng.choice(["", "docker/", "ci/", ".github/workflows/"]) + rng.choice(STEMS)
@@ -196,7 +222,9 @@ def test_a_torch_version_put_into_any_file_is_never_no_change() -> None:
         base = {name: "\n".join(lines) + "\n", "app.py": APP}
         version = f"2.{rng.randint(0, 20)}.{rng.randint(0, 3)}"
         form = rng.choice(FORMS).format(v=version)
-        assert could_move_torch(form), form
+        if name.endswith(".py"):  # in Python, a requirement is a string: "torch==2.7.0"
+            form = f"x = [{form.replace('pytorch=', 'torch==')!r}]"
+        assert could_move_torch(form, name), form
         lines.insert(rng.randint(0, len(lines)), form)
         head = {name: "\n".join(lines) + "\n", "app.py": APP}
         if rng.random() < 0.3:  # or the line moves from one version to another

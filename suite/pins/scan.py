@@ -11,8 +11,10 @@ readers chose: "no torch change" is said only when no changed line anywhere coul
 
 A line could move torch when it holds a torch requirement (`torch==2.7.0`, `torch>=2`,
 `torch @ https://…`), a torch wheel (`torch-2.7.0-….whl`), an image whose name holds torch
-(`pytorch/pytorch:2.7.0-…`, `rocm/pytorch:latest`), a torch version variable (`TORCH_VERSION=`,
-`PYTORCH_VERSION:`), or a `pip install`/`conda install` of torch. Documentation (Markdown,
+(`pytorch/pytorch:2.7.0-…`, `rocm/pytorch:latest`), a torch version variable given a value
+(`TORCH_VERSION=2.7.0`, `PYTORCH_VERSION: ${{ … }}`, `torch-version: [...]`), or a `pip
+install`/`conda install` of torch. In Python source, where prose and version checks name torch
+freely, a requirement counts only as a whole quoted string. Documentation (Markdown,
 reStructuredText, HTML, notebooks) installs nothing and is not scanned.
 
 A changed line of a file a reader read is explained when the reader found a torch (or
@@ -44,7 +46,7 @@ WHOLE_FILE_FORMATS = frozenset(
      "pixi-manifest"}
 )  # fmt: skip
 # Files that install nothing: documentation.
-DOC_SUFFIXES = (".md", ".markdown", ".rst", ".html", ".htm", ".ipynb", ".tex", ".adoc", ".txt.md")
+DOC_SUFFIXES = (".md", ".mdx", ".markdown", ".rst", ".html", ".htm", ".ipynb", ".tex", ".adoc")
 
 _TORCH = r"(?<![\w.-])(?:py)?torch(?![\w-])"
 _PATTERNS = (
@@ -57,7 +59,10 @@ _PATTERNS = (
     # an image whose name holds torch, with a tag or a digest
     re.compile(r"(?:[\w.-]+/)*[\w.-]*torch[\w.-]*(?::[\w.+-]+|@sha256:[0-9a-f]+)", re.I),
     # a torch version variable, assigned or given a default
-    re.compile(r"(?<![\w])\$?\{?(?:py)?torch[_-]?(?:version|ver)\b", re.I),
+    re.compile(
+        r"(?<![\w])(?:py)?torch[_-]?(?:version|ver)\b['\"]?\s*(?::-|[:=](?!=))\s*(?:['\"]?\d|\$|\[|\{)",
+        re.I,
+    ),
     # an install command that names torch, pinned or not
     re.compile(
         r"\b(?:pip[\w.${}-]*|conda|mamba|micromamba|uv\s+pip|poetry)\b.*\b(?:add|install)\b.*"
@@ -65,6 +70,14 @@ _PATTERNS = (
         re.I,
     ),
 )
+# In Python source, where prose and version checks name torch freely (`torch>=2.6 needs …`), a
+# requirement counts only as a whole quoted string: "torch>=2.9,<2.10", 'torch==2.7.0'.
+_QUOTED = re.compile(
+    r"['\"](?:py)?torch(?:\[[^\]]*\])?\s*(?:===?|~=|>=|<=|!=|>|<|@)\s*[^'\"\s,]+"
+    r"(?:\s*,\s*[^'\"\s,]+)*\s*['\"]",
+    re.I,
+)
+_PY_PATTERNS = (_QUOTED, *_PATTERNS[1:])
 _VERSION = re.compile(r"(?<![\w.])v?(\d+(?:\.\d+)+)")
 _COMMENT = re.compile(r"(?:^|\s)#(?!egg=|sha256).*$")
 
@@ -77,12 +90,16 @@ class Changed:
     side: str  # "base" or "head"
     line: int
     text: str
+    gone: bool = False  # a line of a file the change deletes
 
 
-def could_move_torch(text: str) -> bool:
-    """Whether a line could name a torch install (see the module docstring)."""
+def could_move_torch(text: str, path: str = "") -> bool:
+    """Whether a line (of a file at path) could name a torch install (see the module
+    docstring)."""
     line = _COMMENT.sub("", text)
-    return any(p.search(line) for p in _PATTERNS)
+    name = PurePosixPath(path).name.lower()
+    python = name.endswith((".py", ".pyi")) and name != "setup.py"
+    return any(p.search(line) for p in (_PY_PATTERNS if python else _PATTERNS))
 
 
 def scanned(path: str) -> bool:
@@ -99,7 +116,7 @@ def text_changes(path: str, old: str | None, new: str | None) -> list[Changed]:
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag == "equal":
             continue
-        out += [Changed(path, "base", i + 1, a[i]) for i in range(i1, i2)]
+        out += [Changed(path, "base", i + 1, a[i], new is None) for i in range(i1, i2)]
         out += [Changed(path, "head", j + 1, b[j]) for j in range(j1, j2)]
     return out
 
@@ -155,7 +172,8 @@ def _parse_diff(lines: Iterable[bytes]) -> Iterable[Changed]:
             if found:
                 old, new = int(found[1]), int(found[2])
         elif raw.startswith(b"-") and old_path:
-            yield Changed(old_path, "base", old, raw[1:].decode("utf-8", "replace"))
+            text = raw[1:].decode("utf-8", "replace")
+            yield Changed(old_path, "base", old, text, new_path == "")
             old += 1
         elif raw.startswith(b"+") and new_path:
             yield Changed(new_path, "head", new, raw[1:].decode("utf-8", "replace"))
@@ -217,7 +235,7 @@ def unexplained(
                 by_file.setdefault((side, file), []).append(pin)
     out = []
     for change in changes:
-        if not scanned(change.path) or not could_move_torch(change.text):
+        if not scanned(change.path) or not could_move_torch(change.text, change.path):
             continue
         path = (aliases or {}).get(change.side, {}).get(change.path, change.path)
         if path in read.get(change.side, set()):
@@ -226,6 +244,45 @@ def unexplained(
             if _explained_by(change.text, change.line, by_file.get((change.side, path), [])):
                 continue
         out.append(change)
+    return _moved_only(out)
+
+
+_WORD = re.compile(r"(?:py)?torch", re.I)
+# A version with its build: a local label (+cu128), or a variant an image tag spells (_cu128).
+_SPEC = re.compile(r"\d+(?:\.\d+)+(?:\+[\w.]+|[_-](?:cu|rocm|xpu|hpu|cpu)[\w.]*)?", re.I)
+
+
+def _signature(text: str) -> tuple[str, ...]:
+    """What a line says of torch: at each torch word, the text up to the first version after
+    it (with its local label), spaces and quotes dropped, or the word's first token."""
+    out = []
+    for found in _WORD.finditer(_COMMENT.sub("", text)):
+        window = text[found.start() : found.start() + 60]
+        version = _SPEC.search(window)
+        if version:
+            out.append(re.sub(r"[\s'\"]", "", window[: version.end()]))
+        else:
+            out.append(window.split()[0])
+    return tuple(out)
+
+
+def _moved_only(found: list[Changed]) -> list[Changed]:
+    """Of the unexplained lines, those that move torch. A file the change deletes installs
+    nothing any more: its lines are left out. In any other file, when the lines it removes
+    and those it adds say the same of torch (the same words and versions: a mirror, a flag or
+    an OS moved beside an unchanged torch), they are left out too."""
+    kept = [c for c in found if not c.gone]
+    by_path: dict[str, list[Changed]] = {}
+    for change in kept:
+        by_path.setdefault(change.path, []).append(change)
+    out = []
+    for changes in by_path.values():
+        said = {
+            side: sorted(_signature(c.text) for c in changes if c.side == side)
+            for side in ("base", "head")
+        }
+        if not (said["base"] and said["base"] == said["head"]):
+            out += changes
     return out
 
 
