@@ -100,7 +100,7 @@ def classify(truth: dict[str, Any], record: dict[str, Any] | None) -> tuple[str,
 def judge(root: Path, truths: list[dict[str, Any]]) -> int:
     counts: Counter[str] = Counter()
     times: list[float] = []
-    exact = moves = 0
+    exact = moves = settled = 0
     for truth in truths:
         record, took, error = run_pins(repo_dir(root, truth["repo"]), truth["commit"])
         times.append(took)
@@ -109,6 +109,7 @@ def judge(root: Path, truths: list[dict[str, Any]]) -> int:
         if truth["moved"] and truth.get("exact_expected"):
             moves += 1
             exact += bool(was_exact)
+            settled += bool(was_exact) and kind == "right"
         if kind != "right":
             said = error or (record or {}).get("message", "")
             print(f"{kind:12} {truth['repo']} {truth['commit'][:10]} "
@@ -120,7 +121,8 @@ def judge(root: Path, truths: list[dict[str, Any]]) -> int:
     for kind in ("right", "silent miss", "unknown", "wrong pair", "spurious", "false alarm",
                  "crash"):  # fmt: skip
         print(f"  {kind:12} {counts[kind]}")
-    print(f"  exact from -> to on {exact} of the {moves} moves a parsed file names")
+    print(f"  exact from -> to on {exact} of the {moves} moves a parsed file names "
+          f"({settled} answered changed, {exact - settled} unknown with that pair)")  # fmt: skip
     if non_moves:
         print(f"  spurious unknown on {counts['spurious'] / non_moves:.0%} of non-moves")
     print(f"  time per call: median {statistics.median(times):.2f} s, most {max(times):.2f} s")

@@ -231,3 +231,28 @@ def test_a_torch_version_put_into_any_file_is_never_no_change() -> None:
             base = {name: head[name].replace(version, "1.13.1"), "app.py": APP}
         result = detect_bump(base, head)
         assert result is not None, (case, name, form)
+
+
+def test_environments_that_pin_different_torches_on_purpose() -> None:
+    """An inference server's images pin different torches; a change that moves one of them is
+    that image's from -> to, whatever the others pin. Two environments moved differently are
+    unknown, naming both."""
+    base = {
+        "Dockerfile": "FROM debian:12\nRUN pip install torch==2.6.0\n",
+        "Dockerfile.neuron": "FROM debian:12\nRUN pip install torch==2.5.1\n",
+        "server/requirements.txt": "torch==2.6.0\n",
+    }
+    one = detect_bump(
+        base, {**base, "Dockerfile.neuron": base["Dockerfile.neuron"].replace("2.5.1", "2.7.0")}
+    )
+    assert one is not None and one.status == "changed", one
+    assert (one.baseline, one.candidate) == ("torch==2.5.1", "torch==2.7.0")
+    both = detect_bump(
+        base,
+        {**base, "Dockerfile.neuron": base["Dockerfile.neuron"].replace("2.5.1", "2.7.0"),
+         "Dockerfile": base["Dockerfile"].replace("2.6.0", "2.8.0")},
+    )  # fmt: skip
+    assert both is not None and both.status == "unknown", both
+    assert "environments moved differently" in both.message
+    assert "Dockerfile.neuron: torch==2.5.1 (Dockerfile.neuron:2) -> torch==2.7.0" in both.message
+    assert "server/requirements.txt" not in both.message  # an environment that did not move

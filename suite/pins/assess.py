@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from packaging.specifiers import SpecifierSet
 
 from suite.core.errors import InputError
+from suite.pins.environments import agreed, moved_environments
 from suite.pins.files import Pin, pin_file_kind, pins_in_file
 from suite.pins.formats import TRACKED, Unreadable
 from suite.pins.refs import GIT_TIMEOUT_S, MAX_FILE_BYTES, files_at_ref, tree_at_ref
@@ -196,6 +197,34 @@ def _keys_by_file(pins: Sequence[Pin], package: str) -> dict[str, set[str]]:
     return by_file
 
 
+def _by_environment(
+    base_pins: Sequence[Pin],
+    head_pins: Sequence[Pin],
+    files: Sequence[str],
+    overall: tuple[Pin | None, Pin | None, list[str], list[str]],
+    unknown: list[Unknown],
+) -> tuple[Pin | None, Pin | None, list[str], list[str]]:
+    """What moved, told by the environments that moved when there are several
+    (suite/pins/environments.py): their one from -> to and their own problems, else the
+    repository's as one (overall); environments that moved differently are unknown."""
+    count, moves = moved_environments(base_pins, head_pins, effective_pin)
+    if count <= 1 or not moves:
+        return overall
+    one = agreed(moves)
+    if one is not None:
+        old_problems = [p for m in moves for p in m.old_problems]
+        new_problems = [p for m in moves for p in m.new_problems]
+        return one.old, one.new, old_problems, new_problems
+    # Said instead of the repository's disagreements, which are on purpose across environments.
+    shown = "; ".join(m.shown() for m in moves)
+    unknown.append(
+        Unknown(files[0] if files else moves[0].environment, "head",
+                f"environments moved differently ({shown}): which one a backend's job "
+                "uses cannot be told from the pins")
+    )  # fmt: skip
+    return overall[0], overall[1], [], []
+
+
 def assess(
     base: Tree, head: Tree, changes: Sequence[Changed] | None = None, unscanned: str | None = None
 ) -> Assessment:
@@ -225,6 +254,9 @@ def assess(
     new, new_problems = effective_pin(head_pins, "torch")
     a, b = _keys_by_file(base_pins, "torch"), _keys_by_file(head_pins, "torch")
     files = tuple(sorted(f for f in a.keys() | b.keys() if a.get(f) != b.get(f)))
+    old, new, old_problems, new_problems = _by_environment(
+        base_pins, head_pins, files, (old, new, old_problems, new_problems), unknown
+    )
     moved = (old.key if old else None) != (new.key if new else None)
     disagreements = [f"base: {p}" for p in old_problems] + [f"head: {p}" for p in new_problems]
     if files:

@@ -1,0 +1,72 @@
+"""A repository's environments, each with its own torch: a Dockerfile is one (the CUDA image,
+the ROCm image, the Intel one), and the manifests and locks of one folder are one (pyproject.toml
+beside its uv.lock, requirements files beside each other).
+
+Multi-environment repositories pin different torches on purpose (an inference server's Gaudi
+image on the torch its vendor ships, its CUDA image on the newest). Their pins disagree across
+environments and always will; what a change moved is told environment by environment: when the
+environments that moved agree on from -> to, that is the answer, whatever the others pin; when
+they moved differently, which one a backend's job uses cannot be told from the pins alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+from suite.pins.files import pin_file_kind
+from suite.pins.requirement import Pin
+
+EffectivePin = Callable[[Sequence[Pin], str], tuple["Pin | None", list[str]]]
+
+
+def environment_of(file: str) -> str:
+    """A Dockerfile is an environment of its own; other pin files, their folder's."""
+    if pin_file_kind(file) == "dockerfile":
+        return file
+    parent = str(PurePosixPath(file).parent)
+    return "." if parent in ("", ".") else parent
+
+
+@dataclass(frozen=True)
+class EnvironmentMove:
+    environment: str
+    old: Pin | None
+    new: Pin | None
+    old_problems: tuple[str, ...]
+    new_problems: tuple[str, ...]
+
+    def key(self) -> tuple[str | None, str | None]:
+        return (self.old.key if self.old else None, self.new.key if self.new else None)
+
+    def shown(self) -> str:
+        old = f"{self.old.side} ({self.old.location})" if self.old else "no torch"
+        new = f"{self.new.side} ({self.new.location})" if self.new else "no torch"
+        return f"{self.environment}: {old} -> {new}"
+
+
+def moved_environments(
+    base: Sequence[Pin], head: Sequence[Pin], effective: EffectivePin
+) -> tuple[int, list[EnvironmentMove]]:
+    """(how many environments pin torch on either side, those whose torch moved)."""
+    torch = [p for p in [*base, *head] if p.package == "torch"]
+    names = sorted({environment_of(p.included or p.file) for p in torch})
+    moves = []
+    for name in names:
+        was, old_problems = effective([p for p in base if _in(p, name)], "torch")
+        now, new_problems = effective([p for p in head if _in(p, name)], "torch")
+        move = EnvironmentMove(name, was, now, tuple(old_problems), tuple(new_problems))
+        if move.key()[0] != move.key()[1]:
+            moves.append(move)
+    return len(names), moves
+
+
+def _in(pin: Pin, environment: str) -> bool:
+    return environment_of(pin.included or pin.file) == environment
+
+
+def agreed(moves: Sequence[EnvironmentMove]) -> EnvironmentMove | None:
+    """The one move every moved environment made; None when they moved differently."""
+    keys = {m.key() for m in moves}
+    return moves[0] if len(keys) == 1 else None
