@@ -256,3 +256,38 @@ def test_environments_that_pin_different_torches_on_purpose() -> None:
     assert "environments moved differently" in both.message
     assert "Dockerfile.neuron: torch==2.5.1 (Dockerfile.neuron:2) -> torch==2.7.0" in both.message
     assert "server/requirements.txt" not in both.message  # an environment that did not move
+
+
+WHEEL = (
+    "torch @ https://download.pytorch.org/whl/cu128/torch-{v}%2Bcu128-{py}-{py}-linux_x86_64.whl"
+)
+
+
+@pytest.mark.parametrize(
+    ("base", "head", "answer"),
+    [
+        # An organization with pytorch in its name says nothing of the package: no torch here.
+        ({"requirements.txt": "torch==2.6.0\n"},
+         {"requirements.txt": "torch==2.6.0\ngit+https://github.com/pytorch-labs/sam-fast.git\n"},
+         ("unchanged", "torch==2.6.0", "torch==2.6.0")),
+        # ==2.14.1 admits 2.14.1+cu128 (PEP 440): one torch, not two files that disagree.
+        ({"requirements.txt": "torch==2.13.0\n", "requirements-cuda.txt": "torch==2.13.0+cu128\n"},
+         {"requirements.txt": "torch==2.14.1\n", "requirements-cuda.txt": "torch==2.14.1+cu128\n"},
+         ("changed", "torch==2.13.0+cu128", "torch==2.14.1+cu128")),
+        # One torch's wheel for each Python, in one file: one version.
+        ({"requirements.txt": "\n".join(WHEEL.format(v="2.7.0", py=p) + f' ; python_version == "3.{p[3:]}"'
+                                        for p in ("cp310", "cp311")) + "\n"},
+         {"requirements.txt": "\n".join(WHEEL.format(v="2.8.0", py=p) + f' ; python_version == "3.{p[3:]}"'
+                                        for p in ("cp310", "cp311")) + "\n"},
+         ("changed", WHEEL.format(v="2.7.0", py="cp310"), WHEEL.format(v="2.8.0", py="cp310"))),
+    ],
+    ids=["org-named-pytorch", "local-label-admitted", "wheel-per-python"],
+)  # fmt: skip
+def test_what_was_a_spurious_unknown_is_answered(
+    base: dict[str, str], head: dict[str, str], answer: tuple[str, str, str]
+) -> None:
+    result = detect_bump(base, head)
+    status = result.status if result else "unchanged"
+    assert status == answer[0], result
+    if result is not None:
+        assert (result.baseline, result.candidate) == answer[1:]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from urllib.parse import unquote, urlsplit
 
 from packaging.specifiers import SpecifierSet
 
@@ -142,8 +143,26 @@ def find_torch_pins(files: Mapping[str, str]) -> list[Pin]:
 
 
 def _public(pin: Pin) -> str:
-    """The version without its local label (+cpu); a URL is its own version."""
-    return pin.key if pin.url else pin.key.split("+", 1)[0]
+    """The version without its local label (+cpu); a wheel URL's is its file's version (the
+    wheels of one torch for each Python are one version), any other URL is its own."""
+    if pin.url:
+        file = unquote(urlsplit(pin.url).path.rsplit("/", 1)[-1])
+        parts = file.split("-")
+        return (
+            f"=={parts[1].split('+', 1)[0]}"
+            if file.endswith(".whl") and len(parts) >= 5
+            else pin.key
+        )
+    return pin.key.split("+", 1)[0]
+
+
+def _same_torch(a: Pin, b: Pin) -> bool:
+    """PEP 440: ==2.7.0 admits 2.7.0+cu128, so two exact pins that differ only in that one has
+    a local label and the other none install the same torch."""
+    if a.version is None or b.version is None or a.url or b.url:
+        return False
+    labels = ("+" in a.version, "+" in b.version)
+    return a.version.split("+", 1)[0] == b.version.split("+", 1)[0] and not all(labels)
 
 
 def _describe(pin: Pin) -> str:
@@ -165,7 +184,7 @@ def effective_pin(pins: Sequence[Pin], package: str = "torch") -> tuple[Pin | No
     first, problems = chosen[0], []
     for other in exact:
         same_file = other.file == first.file and _public(other) == _public(first)
-        if other.key != first.key and not same_file:
+        if other.key != first.key and not same_file and not _same_torch(first, other):
             problems.append(f"{_describe(first)} but {_describe(other)}")
     if first.exact and first.version is not None:
         for other in own:

@@ -123,6 +123,20 @@ def _named_by_url(url: str) -> str | None:
     return None
 
 
+def _may_be_tracked(url: str) -> bool:
+    """Whether a URL that names no package may install a tracked one: its repository or file
+    mentions one (pytorch/pytorch.git, triton.git), or it is PyTorch's vision or audio. An
+    organization's name alone (github.com/pytorch-labs/other.git) says nothing of the package."""
+    path = [part for part in urlsplit(url.split("+", 1)[-1]).path.split("/") if part]
+    if not path:
+        return bool(_MENTIONS_TRACKED.search(url))
+    repo = path[-1].split("@", 1)[0].removesuffix(".git")
+    owner = path[-2].lower() if len(path) > 1 else ""
+    return bool(_MENTIONS_TRACKED.search(repo)) or (
+        owner == "pytorch" and repo in ("vision", "audio")
+    )
+
+
 def url_requirement(text: str, where: str) -> Requirement | None:
     """A requirement written as a bare URL (`https://.../torch-2.13.0-...whl`,
     `git+https://github.com/pytorch/pytorch@v2.13.0#egg=torch`) as `name @ URL`, when it names
@@ -131,7 +145,7 @@ def url_requirement(text: str, where: str) -> Requirement | None:
         return None
     name = _named_by_url(text)
     if name is None:
-        if _MENTIONS_TRACKED.search(text):
+        if _may_be_tracked(text):
             raise Unreadable(
                 f"{where}: {text!r} installs from a URL that names no package "
                 "(write `torch @ URL` or add #egg=torch)"
