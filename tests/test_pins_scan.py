@@ -247,6 +247,11 @@ def test_environments_that_pin_different_torches_on_purpose() -> None:
     )
     assert one is not None and one.status == "changed", one
     assert (one.baseline, one.candidate) == ("torch==2.5.1", "torch==2.7.0")
+    assert {env: (b, c) for env, b, c in one.environments} == {  # each environment, as found
+        "Dockerfile": ("torch==2.6.0", "torch==2.6.0"),
+        "Dockerfile.neuron": ("torch==2.5.1", "torch==2.7.0"),
+        "server": ("torch==2.6.0", "torch==2.6.0"),
+    }
     both = detect_bump(
         base,
         {**base, "Dockerfile.neuron": base["Dockerfile.neuron"].replace("2.5.1", "2.7.0"),

@@ -75,6 +75,11 @@ def pins_record(result: Assessment | None, index_hosts: Collection[str] = ()) ->
         "companions": {
             pkg: {"baseline": old, "candidate": new} for pkg, old, new in result.companions
         },
+        # Each environment that pins torch (a Dockerfile; a folder's manifests and locks).
+        "environments": [
+            {"environment": env, "baseline": old, "candidate": new}
+            for env, old, new in result.environments
+        ],
     }
     checked = check_indexes(result, index_hosts)
     for role, pin in (("baseline", result.baseline_pin), ("candidate", result.candidate_pin)):

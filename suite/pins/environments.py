@@ -46,20 +46,36 @@ class EnvironmentMove:
         return f"{self.environment}: {old} -> {new}"
 
 
+def environments(
+    base: Sequence[Pin], head: Sequence[Pin], effective: EffectivePin
+) -> list[EnvironmentMove]:
+    """Every environment that pins torch on either side, with its torch on each (moved or not)."""
+    torch = [p for p in [*base, *head] if p.package == "torch"]
+    names = sorted({environment_of(p.included or p.file) for p in torch})
+    found = []
+    for name in names:
+        was, old_problems = effective([p for p in base if _in(p, name)], "torch")
+        now, new_problems = effective([p for p in head if _in(p, name)], "torch")
+        found.append(EnvironmentMove(name, was, now, tuple(old_problems), tuple(new_problems)))
+    return found
+
+
+def environment_table(
+    base: Sequence[Pin], head: Sequence[Pin], effective: EffectivePin
+) -> tuple[tuple[str, str | None, str | None], ...]:
+    """(environment, baseline side, candidate side) of every environment, for the record."""
+    return tuple(
+        (e.environment, e.old.side if e.old else None, e.new.side if e.new else None)
+        for e in environments(base, head, effective)
+    )
+
+
 def moved_environments(
     base: Sequence[Pin], head: Sequence[Pin], effective: EffectivePin
 ) -> tuple[int, list[EnvironmentMove]]:
     """(how many environments pin torch on either side, those whose torch moved)."""
-    torch = [p for p in [*base, *head] if p.package == "torch"]
-    names = sorted({environment_of(p.included or p.file) for p in torch})
-    moves = []
-    for name in names:
-        was, old_problems = effective([p for p in base if _in(p, name)], "torch")
-        now, new_problems = effective([p for p in head if _in(p, name)], "torch")
-        move = EnvironmentMove(name, was, now, tuple(old_problems), tuple(new_problems))
-        if move.key()[0] != move.key()[1]:
-            moves.append(move)
-    return len(names), moves
+    found = environments(base, head, effective)
+    return len(found), [m for m in found if m.key()[0] != m.key()[1]]
 
 
 def _in(pin: Pin, environment: str) -> bool:
