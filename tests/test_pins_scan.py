@@ -53,20 +53,8 @@ def _files(record: dict[str, object]) -> set[str]:
 
 APP = "import torch\nprint(torch.__version__)\n"
 # Each shape: (base files, head files, the file the answer must name). Every one of them was
-# "no torch change" before the scan.
+# "no torch change" before the scan; no reader reads them, so the answer is unknown.
 SHAPES = {
-    "command word from variables": (
-        {"docker/Dockerfile": "FROM debian:12\nARG PYTORCH_VERSION=2.13.0\nARG PV=3\n"
-         "RUN pip${PV} install torch==${PYTORCH_VERSION}+cpu\n"},
-        {"docker/Dockerfile": "FROM debian:12\nARG PYTORCH_VERSION=2.14.1\nARG PV=3\n"
-         "RUN pip${PV} install torch==${PYTORCH_VERSION}+cpu\n"},
-        "docker/Dockerfile",
-    ),
-    "BuildKit heredoc": (
-        {"Dockerfile": "FROM debian:12\nRUN <<EOF\nuv pip install --system torch==2.13.0\nEOF\n"},
-        {"Dockerfile": "FROM debian:12\nRUN <<EOF\nuv pip install --system torch==2.14.1\nEOF\n"},
-        "Dockerfile",
-    ),
     "setup.py": (
         {"setup.py": "from setuptools import setup\nsetup(install_requires=['torch>=2.13,<2.14'])\n"},
         {"setup.py": "from setuptools import setup\nsetup(install_requires=['torch>=2.14,<2.15'])\n"},
@@ -109,6 +97,33 @@ def test_a_torch_move_no_reader_explains_is_unknown(tmp_path: Path, shape: str) 
     assert record["status"] == "unknown" and record["run"] is True, record
     assert named in _files(record), record
     assert "which could move torch and which no reader explains" in str(record["message"])
+
+
+READ_EXACTLY = {
+    "command word from variables": (
+        {"docker/Dockerfile": "FROM debian:12\nARG PYTORCH_VERSION=2.13.0\nARG PV=3\n"
+         "RUN pip${PV} install torch==${PYTORCH_VERSION}+cpu\n"},
+        {"docker/Dockerfile": "FROM debian:12\nARG PYTORCH_VERSION=2.14.1\nARG PV=3\n"
+         "RUN pip${PV} install torch==${PYTORCH_VERSION}+cpu\n"},
+        "docker/Dockerfile",
+    ),
+    "BuildKit heredoc": (
+        {"Dockerfile": "FROM debian:12\nRUN <<EOF\nuv pip install --system torch==2.13.0\nEOF\n"},
+        {"Dockerfile": "FROM debian:12\nRUN <<EOF\nuv pip install --system torch==2.14.1\nEOF\n"},
+        "Dockerfile",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("shape", list(READ_EXACTLY))
+def test_a_dockerfile_shape_the_reader_missed_is_read_exactly(tmp_path: Path, shape: str) -> None:
+    """A command word built from a variable (pip${PV}) and a BuildKit heredoc: read, with the
+    from -> to they install (before, "no torch change")."""
+    base, head, _ = READ_EXACTLY[shape]
+    record = _pins(tmp_path, base, head)
+    assert record["status"] == "changed", record
+    assert str(record["baseline"]).startswith("torch==2.13.0"), record
+    assert str(record["candidate"]).startswith("torch==2.14.1"), record
 
 
 def test_a_dockerfile_of_any_name_is_read(tmp_path: Path) -> None:

@@ -33,10 +33,18 @@ _SEPARATORS = frozenset({"&&", ";", "||", "|", "&"})
 Values = Mapping[str, "str | None"]
 
 
+_HEREDOC = re.compile(r"<<-?\s*[\"']?(\w+)[\"']?")
+
+
 def _instructions(text: str) -> Iterator[tuple[int, str, str]]:
-    """(line, INSTRUCTION, arguments) with continuations joined and comments dropped."""
+    """(line, INSTRUCTION, arguments) with continuations joined and comments dropped; a
+    BuildKit heredoc (RUN <<EOF ... EOF) joins its lines to the instruction as commands."""
+    lines = text.splitlines()
     start, parts = 0, list[str]()
-    for number, raw in enumerate(text.splitlines(), 1):
+    number = 0
+    while number < len(lines):
+        raw = lines[number]
+        number += 1
         stripped = raw.strip()
         if not parts and (not stripped or stripped.startswith("#")):
             continue
@@ -50,6 +58,13 @@ def _instructions(text: str) -> Iterator[tuple[int, str, str]]:
         joined = " ".join(parts).strip()
         parts = []
         word, _, rest = joined.partition(" ")
+        for delimiter in _HEREDOC.findall(rest) if word.upper() == "RUN" else []:
+            body = []
+            while number < len(lines) and lines[number].strip() != delimiter:
+                body.append(lines[number].strip())
+                number += 1
+            number += 1  # the delimiter's line
+            rest += " ; " + " ; ".join(b for b in body if b and not b.startswith("#"))
         yield start, word.upper(), rest.strip()
 
 
@@ -193,7 +208,7 @@ def _pip_requirements(words: list[str]) -> Iterator[tuple[str, str | None]]:
     pip3.11, python -m pip, uv pip, by any path."""
     for i, word in enumerate(words[1:], 1):
         tool = PurePosixPath(words[i - 1]).name
-        if word != "install" or not (tool in ("pip", "pip3") or tool.startswith("pip3.")):
+        if word != "install" or not _PIP.fullmatch(tool):
             continue
         index = None
         j = i + 1
@@ -212,6 +227,8 @@ def _pip_requirements(words: list[str]) -> Iterator[tuple[str, str | None]]:
             j += 1
 
 
+# pip, pip3, pip3.11, and a pip whose version is a variable (pip${PYTHON_VERSION}).
+_PIP = re.compile(r"pip(?:3(?:\.\d+)?)?(?:\$\{?\w+\}?)*")
 _PIP_OPTIONS_WITH_VALUE = frozenset(
     {"-r", "-c", "-e", "--requirement", "--constraint", "--editable", "-f", "--find-links"}
     | {"--extra-index-url", "--target", "-t", "--prefix", "--root", "--platform"}
