@@ -55,11 +55,6 @@ APP = "import torch\nprint(torch.__version__)\n"
 # Each shape: (base files, head files, the file the answer must name). Every one of them was
 # "no torch change" before the scan; no reader reads them, so the answer is unknown.
 SHAPES = {
-    "setup.py": (
-        {"setup.py": "from setuptools import setup\nsetup(install_requires=['torch>=2.13,<2.14'])\n"},
-        {"setup.py": "from setuptools import setup\nsetup(install_requires=['torch>=2.14,<2.15'])\n"},
-        "setup.py",
-    ),
     "workflow run step": (
         {".github/workflows/ci.yml": "jobs:\n  t:\n    steps:\n      - run: pip install torch==2.13.0\n"},
         {".github/workflows/ci.yml": "jobs:\n  t:\n    steps:\n      - run: pip install torch==2.14.1\n"},
@@ -124,6 +119,35 @@ def test_a_dockerfile_shape_the_reader_missed_is_read_exactly(tmp_path: Path, sh
     assert record["status"] == "changed", record
     assert str(record["baseline"]).startswith("torch==2.13.0"), record
     assert str(record["candidate"]).startswith("torch==2.14.1"), record
+
+
+SETUP = (
+    "from setuptools import setup\nREQS = ['numpy', {}]\nsetup(name='x', install_requires=REQS)\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "status"),
+    [
+        ("'torch==2.13.0'", "'torch==2.14.1'", "changed"),
+        ("'torch>=2.13,<2.14'", "'torch>=2.14,<2.15'", "unknown"),  # a range: which torch?
+        ("f'torch=={V}'", "f'torch=={V}'", "unknown"),  # built at run time, moved by V
+    ],
+    ids=["exact", "range", "run-time"],
+)
+def test_setup_py_is_read_statically(tmp_path: Path, old: str, new: str, status: str) -> None:
+    base = {"setup.py": SETUP.format(old).replace("REQS =", "V = '2.13.0'\nREQS =")}
+    head = {"setup.py": SETUP.format(new).replace("REQS =", "V = '2.14.1'\nREQS =")}
+    record = _pins(tmp_path, base, head)
+    assert record["status"] == status, record
+    if status == "changed":
+        assert (record["baseline"], record["candidate"]) == ("torch==2.13.0", "torch==2.14.1")
+    cfg = _pins(
+        tmp_path / "cfg",
+        {"setup.cfg": "[options]\ninstall_requires =\n    numpy\n    torch==2.13.0\n"},
+        {"setup.cfg": "[options]\ninstall_requires =\n    numpy\n    torch==2.14.1\n"},
+    )
+    assert (cfg["status"], cfg["candidate"]) == ("changed", "torch==2.14.1")
 
 
 def test_a_dockerfile_of_any_name_is_read(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from suite.pins.dockerfile import read_dockerfile
 from suite.pins.formats import Found, Unreadable
 from suite.pins.pyproject import pyproject_pins
 from suite.pins.requirement import Pin, make_pin, parse_tracked, url_requirement
+from suite.pins.setup_files import read_setup_cfg, read_setup_py
 
 __all__ = ["Pin", "logical_lines", "pin_file_kind", "pins_in_file"]
 
@@ -35,6 +36,8 @@ def pin_file_kind(path: str) -> str | None:
     name = p.name.lower()
     if name == "pyproject.toml":
         return "pyproject"
+    if name in ("setup.py", "setup.cfg"):
+        return "setup-" + name.rsplit(".", 1)[1]
     other = pin_formats.format_of(path)
     if other is not None:
         return other
@@ -138,5 +141,9 @@ def pins_in_file(path: str, text: str, *, kind: str | None = None) -> list[Pin]:
         return _from_found(path, pin_formats.read_conda(text, _pip_found))
     if kind == "dockerfile":
         return _from_found(path, read_dockerfile(text, _requirement_word))
+    if kind == "setup-py":
+        return _from_found(path, read_setup_py(text, _requirement_word))
+    if kind == "setup-cfg":
+        return _from_found(path, read_setup_cfg(text, _requirement_word))
     reader = _READERS.get(kind or "")
     return _from_found(path, reader(text)) if reader else []
