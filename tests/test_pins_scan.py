@@ -65,11 +65,6 @@ SHAPES = {
         {".github/workflows/ci.yml": "jobs:\n  t:\n    strategy:\n      matrix:\n        torch-version: ['2.14.1']\n"},
         ".github/workflows/ci.yml",
     ),
-    "rocm image with the version in its tag": (
-        {"Dockerfile": "FROM rocm/pytorch:rocm6.1_ubuntu22.04_py3.10_pytorch_2.1.2\n"},
-        {"Dockerfile": "FROM rocm/pytorch:rocm6.2_ubuntu22.04_py3.10_pytorch_2.3.0\n"},
-        "Dockerfile",
-    ),
     "an image with torch in its name, moved to latest": (
         {"compose.yaml": "services:\n  train:\n    image: mosaicml/pytorch:2.1.2_cu121-python3.10\n"},
         {"compose.yaml": "services:\n  train:\n    image: rocm/pytorch:latest\n"},
@@ -335,3 +330,42 @@ def test_what_was_a_spurious_unknown_is_answered(
     assert status == answer[0], result
     if result is not None:
         assert (result.baseline, result.candidate) == answer[1:]
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "answer"),
+    [
+        ("rocm/pytorch:rocm6.1_ubuntu22.04_py3.10_pytorch_2.1.2",
+         "rocm/pytorch:rocm6.2_ubuntu22.04_py3.10_pytorch_2.3.0", ("torch==2.1.2", "torch==2.3.0")),
+        ("mosaicml/pytorch:2.6.0_cu124-python3.12-ubuntu22.04",
+         "mosaicml/pytorch:2.7.0_cu128-python3.12-ubuntu22.04", ("torch==2.6.0", "torch==2.7.0")),
+        ("rocm/pytorch:rocm6.1_ubuntu22.04_py3.10_pytorch_2.1.2", "rocm/pytorch:latest", None),
+        ("team/torch-base:v3", "team/torch-base:v4", None),
+    ],
+    ids=["rocm", "mosaicml", "rocm-latest", "other-torch-image"],
+)  # fmt: skip
+def test_images_with_torch_in_their_name(
+    old: str, new: str, answer: tuple[str, str] | None
+) -> None:
+    """Known images are mapped to the torch their tag names; any other image with torch in its
+    name whose tag does not say which is unknown, never no torch."""
+    result = detect_bump({"Dockerfile": f"FROM {old}\n"}, {"Dockerfile": f"FROM {new}\n"})
+    assert result is not None
+    if answer is None:
+        assert result.status == "unknown", result
+    else:
+        assert (result.status, result.baseline, result.candidate) == ("changed", *answer)
+
+
+def test_a_from_that_names_an_earlier_stage_is_no_image() -> None:
+    """FROM pytorch-install, a stage of the same file: its torch was read in that stage."""
+    stages = "FROM debian:12 AS pytorch-install\nRUN pip install torch=={}\nFROM pytorch-install\n"
+    assert detect_bump({"Dockerfile": stages.format("2.6.0") + "RUN echo 1\n"},
+                       {"Dockerfile": stages.format("2.6.0") + "RUN echo 2\n"}) is None  # fmt: skip
+    moved = detect_bump(
+        {"Dockerfile": stages.format("2.6.0")}, {"Dockerfile": stages.format("2.7.0")}
+    )
+    assert moved is not None and (moved.baseline, moved.candidate) == (
+        "torch==2.6.0",
+        "torch==2.7.0",
+    )

@@ -18,7 +18,11 @@ from pathlib import PurePosixPath
 from suite.pins.formats import Found, Unreadable, tracked
 
 # Images whose tag begins with the torch version they hold, as their publishers document it.
-_TAG_IS_TORCH = ("pytorch/pytorch",)
+_TAG_IS_TORCH = ("pytorch/pytorch", "mosaicml/pytorch")
+# Any other image whose name or tag holds torch: the version written after "pytorch"
+# (rocm/pytorch:rocm6.1_ubuntu22.04_py3.10_pytorch_2.1.2, …/pytorch-installer-2.4.0:latest), else
+# which torch it holds cannot be told.
+_TORCH_AFTER_WORD = re.compile(r"pytorch[_-](?:installer[_-])?v?(\d+\.\d+(?:\.\d+)?)", re.I)
 
 
 # Images whose tag names a container release, not a torch version: cannot tell from the tag.
@@ -135,6 +139,10 @@ class _Scope:
         self._stages: dict[str, dict[str, str | None]] = {}
         self._stage: str | None = None
         self._started = False
+
+    def is_stage(self, reference: str) -> bool:
+        """Whether a FROM names an earlier stage of this file, not an image."""
+        return reference.lower() in self._stages or reference.lower() == self._stage
 
     def start_stage(self, base: str, name: str | None) -> None:
         if self._stage is not None:
@@ -263,18 +271,29 @@ def _from_found(line: int, rest: str, scope: _Scope) -> list[Found]:
     resolved = _known(image, scope.meta)
     if resolved is None:
         raise Unreadable(f"line {line}: FROM {image}: a build argument without a default")
+    earlier = scope.is_stage(resolved)
     scope.start_stage(resolved, stage)
+    if earlier:  # its torch, if any, was read in that stage
+        return []
     repo, tag = _image(resolved)
     if repo in _TAG_IS_TORCH:
-        version = tag.split("-", 1)[0]
-        if not version[:1].isdigit():
+        leading = re.match(r"\d+(?:\.\d+)+", tag)  # 2.13.0-cuda12.8-…, 2.6.0_cu124-…
+        if leading is None:
             raise Unreadable(f"line {line}: FROM {resolved}: the tag names no torch version")
-        return [Found("torch", f"torch=={version}", line, "FROM", "lock", image=resolved)]
+        return [Found("torch", f"torch=={leading[0]}", line, "FROM", "lock", image=resolved)]
     if repo in _TAG_IS_RELEASE:
         raise Unreadable(
             f"line {line}: FROM {resolved}: cannot tell the torch version from an NGC "
             "release tag (NVIDIA's PyTorch release notes map it)"
         )
+    if "torch" in f"{repo}:{tag}".lower():
+        written = _TORCH_AFTER_WORD.search(f"{repo}:{tag}")
+        if written is None:
+            raise Unreadable(
+                f"line {line}: FROM {resolved}: an image with torch in its name whose tag "
+                "does not say which torch it holds"
+            )
+        return [Found("torch", f"torch=={written[1]}", line, "FROM", "lock", image=resolved)]
     return []
 
 
