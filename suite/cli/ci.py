@@ -131,10 +131,11 @@ def pins_command(
 ) -> None:
     """Say whether a change moves the torch pin, and from what to what.
 
-    Reads, at two git refs: requirements*.txt, constraints*.txt, *.in, pyproject.toml, uv.lock,
-    poetry.lock, pdm.lock, Pipfile.lock, pylock*.toml, conda environment*.yml, pixi.toml,
-    pixi.lock and Dockerfiles; or two single files (--base-file/--head-file, read as the head
-    file's name says, else as requirements; .toml as pyproject.toml). A changed file that cannot
+    Reads, at two git refs: requirements*.txt, constraints*.txt, *.in, pyproject.toml, setup.py
+    and setup.cfg (statically), uv.lock, poetry.lock, pdm.lock, Pipfile.lock, pylock*.toml, conda
+    environment*.yml, pixi.toml, pixi.lock and Dockerfiles of any name; or two single files
+    (--base-file/--head-file, read as the head file's name says, else as requirements; .toml as
+    pyproject.toml). A changed file that cannot
     be read, a moved range with no lock, files that disagree, or a changed line of any file (but
     documentation) that could move torch and that no reader explains (suite/pins/scan.py) give
     `unknown` (exit 0, status unknown, run true), never "no torch change". torchvision,
