@@ -251,6 +251,9 @@ def _act(
         argv += ["--local-repository", f"{action}={stand_in}"]
     for label in LABELS:
         argv += ["-P", f"{label}=-self-hosted"]
+    # One job at a time: act's host runner, with jobs side by side, was seen to stop reading a
+    # step's terminal for good (a run hung until its timeout).
+    argv += ["--concurrent-jobs", "1"]
     # What GitHub's job.workflow_repository and job.workflow_sha say, and a mirror to fetch from.
     fallback = {
         "TORCH_MATRIX_WORKFLOW_REPOSITORY": PUBLISHED,

@@ -84,8 +84,8 @@ def test_bench_and_aggregate_work_in_the_tree_the_plan_judged_from() -> None:
         assert checkout["uses"].startswith("actions/checkout@")
         assert checkout["with"]["ref"] == f"${{{{ needs.plan.outputs.{sha} }}}}"
         assert place["env"]["TREE_SHA"] == checkout["with"]["ref"]
-        assert 'git checkout -q --force --detach "$TREE_SHA"' in place["run"]
-        assert "git clean -q -ffdx" in place["run"]
+        assert 'checkout -q --force --detach "$TREE_SHA"' in place["run"]
+        assert "clean -q -ffdx" in place["run"]
     plan = next(s for s in _steps("plan") if s.get("id") == "plan")["run"]
     assert 'git archive --format=tar "$sha" | tar -x -C "$tree"' in plan
     assert 'cd "$tree"' in plan and "env -i PATH=" in plan
