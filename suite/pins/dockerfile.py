@@ -100,13 +100,13 @@ def _expand(name: str, modifier: str, word: str, values: Values) -> tuple[str | 
     value = values.get(name)
     is_set = bool(value) if modifier.startswith(":") else value is not None
     if modifier in (":-", "-"):
-        return (value, []) if is_set else _substitute(word, values)
+        return (value, []) if is_set else substitute(word, values)
     if modifier in (":+", "+"):
-        return _substitute(word, values) if is_set else ("", [])
+        return substitute(word, values) if is_set else ("", [])
     return (value, []) if modifier == "" else (None, [])
 
 
-def _substitute(value: str, values: Values) -> tuple[str, list[str]]:
+def substitute(value: str, values: Values) -> tuple[str, list[str]]:
     """$NAME, ${NAME}, ${NAME:-default} and ${NAME:+word} replaced from values, and the names
     that have no known value there (their references are kept as written)."""
     out, missing, i = "", list[str](), 0
@@ -173,7 +173,7 @@ class _Scope:
 
 
 def _known(value: str, values: Values) -> str | None:
-    text, missing = _substitute(value, values)
+    text, missing = substitute(value, values)
     return None if missing else text
 
 
@@ -185,7 +185,7 @@ def _words(rest: str) -> list[str]:
         return rest.split()
 
 
-def _split(command: str) -> list[str]:
+def shell_words(command: str) -> list[str]:
     """Shell words, with &&, ;, | and & as words of their own and a comment dropped."""
     lexer = shlex.shlex(command, posix=True, punctuation_chars="&;|")
     lexer.whitespace_split, lexer.commenters = True, ""
@@ -207,11 +207,11 @@ def _run_words(rest: str) -> tuple[list[str], bool]:
             argv = None
         if isinstance(argv, list) and all(isinstance(w, str) for w in argv):
             shell = len(argv) == 3 and PurePosixPath(argv[0]).name in _SHELLS and argv[1] == "-c"
-            return (_split(argv[2]), True) if shell else (argv, False)
-    return _split(rest), True
+            return (shell_words(argv[2]), True) if shell else (argv, False)
+    return shell_words(rest), True
 
 
-def _pip_requirements(words: list[str]) -> Iterator[tuple[str, str | None]]:
+def pip_requirements(words: list[str]) -> Iterator[tuple[str, str | None]]:
     """(requirement word, index URL) of every `pip install` in a command's words: pip, pip3,
     pip3.11, python -m pip, uv pip, by any path."""
     for i, word in enumerate(words[1:], 1):
@@ -243,7 +243,7 @@ _PIP_OPTIONS_WITH_VALUE = frozenset(
 )
 
 
-def _may_name_tracked(word: str) -> bool:
+def may_name_tracked(word: str) -> bool:
     """Whether a pip argument that holds an unknown variable may install a tracked package."""
     if _URL.match(word):
         return bool(_MENTIONS_TRACKED.search(word))
@@ -275,25 +275,33 @@ def _from_found(line: int, rest: str, scope: _Scope) -> list[Found]:
     scope.start_stage(resolved, stage)
     if earlier:  # its torch, if any, was read in that stage
         return []
-    repo, tag = _image(resolved)
+    return image_found(resolved, line)
+
+
+def image_found(reference: str, line: int, where: str = "FROM") -> list[Found]:
+    """The torch an image holds, when its name and tag say (a Dockerfile's FROM, a workflow
+    job's container); none for an image without torch in its name. Raises Unreadable for an
+    image with torch in its name whose tag does not say which."""
+    what = f"line {line}: {where} {reference}"
+    repo, tag = _image(reference)
     if repo in _TAG_IS_TORCH:
         leading = re.match(r"\d+(?:\.\d+)+", tag)  # 2.13.0-cuda12.8-…, 2.6.0_cu124-…
         if leading is None:
-            raise Unreadable(f"line {line}: FROM {resolved}: the tag names no torch version")
-        return [Found("torch", f"torch=={leading[0]}", line, "FROM", "lock", image=resolved)]
+            raise Unreadable(f"{what}: the tag names no torch version")
+        return [Found("torch", f"torch=={leading[0]}", line, where, "lock", image=reference)]
     if repo in _TAG_IS_RELEASE:
         raise Unreadable(
-            f"line {line}: FROM {resolved}: cannot tell the torch version from an NGC "
-            "release tag (NVIDIA's PyTorch release notes map it)"
+            f"{what}: cannot tell the torch version from an NGC release tag (NVIDIA's PyTorch "
+            "release notes map it)"
         )
     if "torch" in f"{repo}:{tag}".lower():
         written = _TORCH_AFTER_WORD.search(f"{repo}:{tag}")
         if written is None:
             raise Unreadable(
-                f"line {line}: FROM {resolved}: an image with torch in its name whose tag "
-                "does not say which torch it holds"
+                f"{what}: an image with torch in its name whose tag does not say which torch it "
+                "holds"
             )
-        return [Found("torch", f"torch=={written[1]}", line, "FROM", "lock", image=resolved)]
+        return [Found("torch", f"torch=={written[1]}", line, where, "lock", image=reference)]
     return []
 
 
@@ -305,10 +313,10 @@ def _run_found(
 ) -> list[Found]:
     words, expands = _run_words(rest)
     found = []
-    for word, index in _pip_requirements(words):
-        text, missing = _substitute(word, scope.values) if expands else (word, [])
+    for word, index in pip_requirements(words):
+        text, missing = substitute(word, scope.values) if expands else (word, [])
         if missing:
-            if _may_name_tracked(word):
+            if may_name_tracked(word):
                 raise Unreadable(
                     f"line {line}: RUN pip install {word}: ${missing[0]} has no ARG default or "
                     "ENV value, so what it installs cannot be told"

@@ -107,7 +107,7 @@ def _from_found(file: str, found: list[Found]) -> list[Pin]:
             req = Requirement(f.requirement)
         except InvalidRequirement as exc:
             raise Unreadable(f"{f.where}: {f.requirement!r} does not parse: {exc}") from None
-        pin = make_pin(file, f.line, req, f.index_url, kind=f.kind, image=f.image)
+        pin = make_pin(file, f.line, req, f.index_url, kind=f.kind, image=f.image, part=f.part)
         pins += [pin] if pin else []
     return pins
 

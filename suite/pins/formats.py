@@ -48,6 +48,9 @@ class Found:
     kind: str  # "lock" (one resolved version) or "manifest" (a requirement)
     index_url: str | None = None
     image: str | None = None  # a Dockerfile's FROM image that holds this torch
+    # The part of its file the pin belongs to, where a file holds several environments: a
+    # Dockerfile's build stage, a workflow's job. None: the file is one.
+    part: str | None = None
 
 
 def tracked(name: str) -> str | None:

@@ -40,6 +40,9 @@ class Pin:
     image: str | None = None  # the pin is this image (a Dockerfile's FROM pytorch/pytorch:...)
     # The file the pin is written in when pip reaches it through `file`'s -r/-c include.
     included: str | None = None
+    # The part of its file the pin belongs to (a Dockerfile's stage, a workflow's job), where a
+    # file holds several environments (suite/pins/environments.py); None: the file is one.
+    part: str | None = None
 
     @property
     def exact(self) -> bool:
@@ -71,6 +74,7 @@ def make_pin(
     extra: tuple[str, ...] = (),
     kind: str = "manifest",
     image: str | None = None,
+    part: str | None = None,
 ) -> Pin | None:
     """The pin a tracked requirement makes; None for a bare name, which takes whatever is there."""
     specs = list(req.specifier)
@@ -92,6 +96,7 @@ def make_pin(
         package=package,
         kind=kind,
         image=image,
+        part=part,
     )
 
 
