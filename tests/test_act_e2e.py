@@ -135,13 +135,15 @@ def _caller(
     drop_plugin: bool = False,
     plugins: tuple[str, ...] = (),
     hostile: bool = False,
+    pin_source: str = "",
 ) -> tuple[Path, str, str]:
     """A calling repository whose base commit holds files[0] and whose head commit files[1],
     calling both workflows at commit `pinned`. With sides images, the bench job builds both
     pins' images offline, and the matrix holds a team's plugin (tests/plugins/team_bench.py)
     beside sdpa; drop_plugin removes it from the head's matrix. plugins: more workloads of the
     base matrix (PATH:OBJECT of tests/plugins files). hostile: the head also plants code where
-    a job could run it and edits the team's plugin to pass (HOSTILE)."""
+    a job could run it and edits the team's plugin to pass (HOSTILE). pin_source: the
+    environment the matrix names for the cpu backend's pins (pin-source:)."""
     repo = tmp / "caller"
     (repo / ".github" / "workflows").mkdir(parents=True)
     comment = (REPO / "examples" / "github" / "torch-matrix-comment.yml").read_text()
@@ -158,6 +160,8 @@ def _caller(
         "version: 1\nname: pr-check\nbackends: [cpu, cuda]\nworkloads:\n"
         "  - workload: sdpa\n    grid: {mask: [causal], dtype: [fp32]}\n"
     )
+    if pin_source:
+        matrix = f"pin-source: {{cpu: {pin_source}}}\n" + matrix
     if sides == "images":
         inputs += f"      image-base: {os.environ['TORCH_MATRIX_TEST_BASE']}\n"
         inputs += f"      wheel-dir: {os.environ['TORCH_MATRIX_TEST_WHEELS']}\n"
@@ -300,6 +304,7 @@ def _pull_request(
     drop_plugin: bool = False,
     plugins: tuple[str, ...] = (),
     hostile: bool = False,
+    pin_source: str = "",
 ) -> tuple[int, dict[str, Any], dict[str, str], Path]:
     """act on a pull_request event for a caller whose head changes files[0] to files[1]: the
     exit code, the payload, the environment and the local artifacts folder."""
@@ -308,7 +313,7 @@ def _pull_request(
     )
     _, base, head = _caller(
         tmp_path, published[1], files, message, sides=sides, python=python,
-        drop_plugin=drop_plugin, plugins=plugins, hostile=hostile,
+        drop_plugin=drop_plugin, plugins=plugins, hostile=hostile, pin_source=pin_source,
     )  # fmt: skip
     artifacts = tmp_path / "artifacts"
     pr = _example(index, "pull_request", lambda x: x["action"] == "opened")
@@ -458,7 +463,7 @@ def test_pull_request_to_sticky_comment(tmp_path: Path, published: tuple[Path, s
         )
         code, pr, env, artifacts = _pull_request(
             tmp_path, index, published, bump, "Bump torch to 2.14.1", sides="images",
-            env=planted, drop_plugin=True, hostile=True,
+            env=planted, drop_plugin=True, hostile=True, pin_source=".",
         )  # fmt: skip
         heard = list(server.heard)
     repo = tmp_path / "caller"
@@ -502,6 +507,8 @@ def test_pull_request_to_sticky_comment(tmp_path: Path, published: tuple[Path, s
     (others,) = [r for r in decision["reasons"] if "none of which ran for this verdict" in r]
     for name in ("suite/__main__.py", "sitecustomize.py"):
         assert name in others or "more)" in others, others
+    # The cpu jobs took the sides of the environment the matrix names for them (pin-source).
+    assert "cpu ran its pin-source, .: torch==2.13.0 -> torch==2.14.1" in reasons, reasons
     (moved_index,) = [r for r in decision["reasons"] if f"127.0.0.1:{server.port}" in r]
     assert "no credential" in moved_index, moved_index
     for path in artifacts.rglob("*"):  # no record, log or report keeps the secret

@@ -223,7 +223,7 @@ def test_plan_cli_prints_one_line_and_writes_github_output(
     strategy = json.loads(line)
     assert [job["job"] for job in strategy["include"]] == ["cpu-1", "cpu-2"]
     assert out.read_text() == (
-        f"matrix={line}\nname=default\nunplanned=\nmatrix_note=\nsource_notes=\n"
+        f"matrix={line}\nname=default\nunplanned=\nmatrix_note=\nsource_notes=\npin_notes=\n"
     )
 
 

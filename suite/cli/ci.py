@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,8 +26,9 @@ from suite.core.errors import InputError
 from suite.github.outputs import write_github_output
 
 if TYPE_CHECKING:
-    from suite.pins.assess import Assessment
-
+    from suite.core.spec import CellSpec
+    from suite.flows.pin_sources import BackendPins
+    from suite.workloads.matrix import Matrix
 
 EXIT_CODES = """\b
 Exit codes:
@@ -41,60 +42,6 @@ def _read(path: Path, option: str) -> str:
         return path.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"cannot read {option}: {exc}", file=str(path)) from None
-
-
-def pins_record(result: Assessment | None, index_hosts: Collection[str] = ()) -> dict[str, Any]:
-    """The JSON `pins --json` prints for a suite.pins.assess.Assessment (None: no change).
-
-    status is changed, unknown or unchanged; run says whether the matrix must run (torch moved,
-    or it cannot be told that it did not); changed stays true only for a known move. The index
-    URLs keep a credential (${VAR} or literal, masked) only on an approved host: one the base
-    side's index URLs name, or one of index_hosts (suite/pins/index_hosts.py)."""
-    from suite.pins.index_hosts import check_indexes
-
-    if result is None or result.status == "unchanged":
-        record: dict[str, Any] = {
-            "changed": False,
-            "status": "unchanged",
-            "run": False,
-            "message": "no torch change",
-        }
-        if result is not None and result.disagreements:
-            record["disagreements"] = list(result.disagreements)
-        return record
-    record = {
-        "changed": result.status == "changed",
-        "status": result.status,
-        "run": True,
-        "baseline": result.baseline,
-        "candidate": result.candidate,
-        "files": list(result.files),
-        "message": result.message,
-        "unknown": [u.as_dict() for u in result.unknown],
-        "disagreements": list(result.disagreements),
-        "companions": {
-            pkg: {"baseline": old, "candidate": new} for pkg, old, new in result.companions
-        },
-        # Each environment that pins torch (a Dockerfile; a folder's manifests and locks).
-        "environments": [
-            {"environment": env, "baseline": old, "candidate": new}
-            for env, old, new in result.environments
-        ],
-    }
-    checked = check_indexes(result, index_hosts)
-    for role, pin in (("baseline", result.baseline_pin), ("candidate", result.candidate_pin)):
-        # As the pin file writes them, ${VAR} kept (on approved hosts only); a literal
-        # credential never leaves masked.
-        record[f"{role}_index_url"] = checked.sides[role].index_url
-        record[f"{role}_extra_index_urls"] = list(checked.sides[role].extra_index_urls)
-        record[f"{role}_image"] = pin.image if pin else None
-    # What the bench job passes on as TORCH_MATRIX_INDEX_HOSTS, and what it should say.
-    record["index_hosts"] = list(checked.hosts)
-    record["index_notes"] = list(checked.notes)
-    # What an image of each side installs beside torch: the companions that moved with it.
-    record["baseline_companions"] = [old for _, old, _ in result.companions if old]
-    record["candidate_companions"] = [new for _, _, new in result.companions if new]
-    return record
 
 
 @click.command("pins", epilog=EXIT_CODES)
@@ -152,6 +99,7 @@ def pins_command(
     """
     from suite.core.index_access import parse_hosts
     from suite.pins.assess import Tree, assess, pin_file_kind, tree_at_ref, tree_of
+    from suite.pins.record import pins_record
     from suite.pins.scan import git_changes, text_changes
 
     named = parse_hosts(" ".join(index_hosts), option="--index-hosts")
@@ -266,6 +214,13 @@ def _output_value(value: Any) -> str:
     help="With --changed-files: where the matrix and its workloads came from (head: a matrix "
     "new in the pull request).",
 )
+@click.option(
+    "--pin-environments",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="The environments pins found (its record, `pins --json`, or its environments output, "
+    "as a file): each backend named under the matrix's pin-source: takes its environment's "
+    "move, and one whose environment did not move is not planned.",
+)
 @policy_options
 @calibration_option
 @handles_errors
@@ -281,6 +236,7 @@ def plan_command(
     changed_files: Path | None,
     pin_files: str,
     matrix_from: str,
+    pin_environments: Path | None,
     policy_file: Path | None,
     policy_profile: str | None,
     calibration_file: Path | None,
@@ -290,12 +246,14 @@ def plan_command(
     Each entry is a job: job, backend, runs-on (from the matrix's runners, or defaults),
     cells (space-separated cell ids, for `ab --cell`) and cell_count. With GITHUB_OUTPUT set,
     also writes the step outputs matrix, name (the matrix's name, for artifact names),
-    unplanned, matrix_note and source_notes (one line each: what the pull request changed that
-    did not run, from --changed-files).
+    unplanned, matrix_note, source_notes (one line each: what the pull request changed that
+    did not run, from --changed-files) and pin_notes (with --pin-environments: the backends that
+    took their pin-source's move, and those not planned because it did not move).
     With a calibration (--calibration, or one in the current directory), warns on stderr
     where a threshold of the policy is below what this runner can resolve.
     """
     from suite.cli.options import checked_select
+    from suite.flows.pin_sources import planned_cells, with_sides
     from suite.flows.plan import plan, unplanned, unplanned_note
     from suite.flows.pr_changes import source_notes
     from suite.judge.policy import load_policy
@@ -303,9 +261,12 @@ def plan_command(
     runners = _runners(runners_json)
     matrix, cells, _ = checked_select(matrix_file, workloads, backends, (), size)
     warn_below_resolution(calibration_file, cells, lambda: load_policy(policy_file, policy_profile))
-    strategy = plan(matrix, cells, max_jobs=max_jobs, cells_per_job=cells_per_job, runners=runners)
-    line = json.dumps(strategy, separators=(",", ":"))
     skipped = unplanned(matrix, cells, runners)
+    runnable = [c for c in cells if c.backend not in skipped]
+    pins, pin_notes = _backend_pins(matrix, runnable, pin_environments)
+    cells = planned_cells(cells, pins, matrix)
+    strategy = plan(matrix, cells, max_jobs=max_jobs, cells_per_job=cells_per_job, runners=runners)
+    line = json.dumps(with_sides(strategy, pins), separators=(",", ":"))
     note = unplanned_note(skipped) if skipped else ""
     # The artifact names of a run carry the matrix's name, so that two matrices of one
     # repository neither overwrite nor read each other's results.
@@ -323,21 +284,37 @@ def plan_command(
     notes = source_notes(
         changed_files, pin_files.split(), matrix, matrix_file, policy_file, matrix_from == "head"
     )
-    write_github_output(
-        {
-            "matrix": line,
-            "name": name,
-            "unplanned": note,
-            "matrix_note": changes,
-            "source_notes": "\n".join(notes),
-        }
-    )
+    outputs = {"matrix": line, "name": name, "unplanned": note, "matrix_note": changes}
+    _say_plan(strategy, outputs, {"source_notes": notes, "pin_notes": pin_notes})
+
+
+def _say_plan(
+    strategy: dict[str, Any], outputs: dict[str, str], notes: dict[str, list[str]]
+) -> None:
+    """plan's step outputs (notes: one line each), its count and warnings, and its line."""
+    write_github_output(outputs | {k: "\n".join(v) for k, v in notes.items()})
     planned = sum(job["cell_count"] for job in strategy["include"])
     click.echo(f"{planned} cells in {len(strategy['include'])} jobs", err=True)
-    for said in (note, changes, *notes):
+    lines = [line for some in notes.values() for line in some]
+    for said in (outputs["unplanned"], outputs["matrix_note"], *lines):
         if said:
             click.echo(f"warning: {said}", err=True)
-    click.echo(line)
+    click.echo(outputs["matrix"])
+
+
+def _backend_pins(
+    matrix: Matrix, cells: Sequence[CellSpec], environments_file: Path | None
+) -> tuple[BackendPins, list[str]]:
+    """plan's sides per backend from --pin-environments (suite/flows/pin_sources.py), and its
+    pin_notes: the backends not planned, those that ran their own environment's move, and those
+    the matrix gives none while environments moved differently."""
+    from suite.flows.pin_sources import BackendPins, backend_pins, load_environments, skipped_notes
+
+    if environments_file is None:
+        return BackendPins(), []
+    backends = list(dict.fromkeys(c.backend for c in cells))
+    pins = backend_pins(matrix, load_environments(environments_file), backends)
+    return pins, [*skipped_notes(pins, cells), *pins.notes]
 
 
 def _matrix_changes(

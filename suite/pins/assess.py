@@ -26,7 +26,7 @@ from urllib.parse import unquote, urlsplit
 from packaging.specifiers import SpecifierSet
 
 from suite.core.errors import InputError
-from suite.pins.environments import agreed, environment_table, moved_environments
+from suite.pins.environments import EnvironmentMove, agreed, environments, moved_environments
 from suite.pins.files import Pin, pin_file_kind, pins_in_file
 from suite.pins.formats import TRACKED, Unreadable
 from suite.pins.refs import GIT_TIMEOUT_S, MAX_FILE_BYTES, files_at_ref, tree_at_ref
@@ -75,8 +75,16 @@ class Assessment:
     # Every index URL the base side's pins install from, any file, any package: the hosts a
     # pull request may not add to by itself (suite/pins/index_hosts.py).
     base_index_urls: tuple[str, ...] = ()
-    # Each environment that pins torch (suite/pins/environments.py): (name, baseline, candidate).
-    environments: tuple[tuple[str, str | None, str | None], ...] = ()
+    # Each environment that pins torch (suite/pins/environments.py), with its pin on each side.
+    environment_moves: tuple[EnvironmentMove, ...] = ()
+
+    @property
+    def environments(self) -> tuple[tuple[str, str | None, str | None], ...]:
+        """(environment, baseline side, candidate side) of every environment."""
+        return tuple(
+            (e.environment, e.old.side if e.old else None, e.new.side if e.new else None)
+            for e in self.environment_moves
+        )
 
     @property
     def run(self) -> bool:
@@ -313,7 +321,7 @@ def assess(
         disagreements=tuple(disagreements),
         companions=tuple(companions),
         base_index_urls=_index_urls(base_pins),
-        environments=environment_table(base_pins, head_pins, effective_pin),
+        environment_moves=tuple(environments(base_pins, head_pins, effective_pin)),
     )
 
 

@@ -13,6 +13,7 @@ import json
 import re
 import shlex
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import replace
 from pathlib import PurePosixPath
 
 from suite.pins.formats import Found, Unreadable, tracked
@@ -218,7 +219,8 @@ def pip_requirements(words: list[str]) -> Iterator[tuple[str, str | None]]:
         tool = PurePosixPath(words[i - 1]).name
         if word != "install" or not _PIP.fullmatch(tool):
             continue
-        index = None
+        # pip applies an --index-url to the whole command, written before or after.
+        index, wanted = None, list[str]()
         j = i + 1
         while j < len(words) and words[j] not in _SEPARATORS:
             w = words[j]
@@ -231,8 +233,9 @@ def pip_requirements(words: list[str]) -> Iterator[tuple[str, str | None]]:
             if w.startswith("--index-url="):
                 index = w.split("=", 1)[1]
             elif not w.startswith("-"):
-                yield w, index
+                wanted.append(w)
             j += 1
+        yield from ((w, index) for w in wanted)
 
 
 # pip, pip3, pip3.11, and a pip whose version is a variable (pip${PYTHON_VERSION}).
@@ -336,19 +339,28 @@ def _run_found(
 def read_dockerfile(
     text: str, parse_requirement: Callable[[str], tuple[str, str] | None]
 ) -> list[Found]:
-    """FROM images whose tag documents the torch version, and `pip install` lines in RUN.
+    """FROM images whose tag documents the torch version, and `pip install` lines in RUN, each
+    with its build stage as its part (the stage's name, else `stage N`).
 
     parse_requirement turns a word into (tracked package, requirement text), or None; it raises
     Unreadable for a word that starts like a tracked requirement and does not parse."""
     scope = _Scope()
-    found = []
+    found: list[Found] = []
+    stages = 0
+    part: str | None = None  # the stage: its name, else "stage N"
     for line, instruction, rest in _instructions(text):
         if instruction == "ARG":
             scope.arg(_words(rest))
         elif instruction == "ENV":
             scope.env(_words(rest))
         elif instruction == "FROM":
-            found += _from_found(line, rest, scope)
+            stages += 1
+            words = [w for w in rest.split() if not w.startswith("--")]
+            named = len(words) > 2 and words[1].lower() == "as"
+            part = words[2] if named else f"stage {stages}"
+            found += [replace(f, part=part) for f in _from_found(line, rest, scope)]
         elif instruction == "RUN":
-            found += _run_found(line, rest, scope, parse_requirement)
+            found += [
+                replace(f, part=part) for f in _run_found(line, rest, scope, parse_requirement)
+            ]
     return found

@@ -1,6 +1,8 @@
 """A repository's environments, each with its own torch: a Dockerfile is one (the CUDA image,
 the ROCm image, the Intel one), and the manifests and locks of one folder are one (pyproject.toml
-beside its uv.lock, requirements files beside each other).
+beside its uv.lock, requirements files beside each other). Where a file's torch pins are in
+several parts, each part is one: the build stages of a Dockerfile that builds an XPU and a CPU
+image (`Dockerfile_intel#xpu`), the jobs of a workflow (`.github/workflows/ci.yml#test`).
 
 Multi-environment repositories pin different torches on purpose (an inference server's Gaudi
 image on the torch its vendor ships, its CUDA image on the newest). Their pins disagree across
@@ -29,6 +31,24 @@ def environment_of(file: str) -> str:
     return "." if parent in ("", ".") else parent
 
 
+def _parted(pins: Sequence[Pin]) -> set[str]:
+    """The files whose torch pins are in more than one part (a Dockerfile's build stages, a
+    workflow's jobs) on either side: each part of those is an environment of its own."""
+    parts: dict[str, set[str | None]] = {}
+    for pin in pins:
+        parts.setdefault(pin.included or pin.file, set()).add(pin.part)
+    return {file for file, found in parts.items() if len(found) > 1}
+
+
+def _name(pin: Pin, parted: set[str]) -> str:
+    """The environment a pin belongs to: its file's (environment_of), or the part's of a file
+    with several (`Dockerfile.intel#xpu`, `.github/workflows/ci.yml#test`)."""
+    file = pin.included or pin.file
+    if file in parted and pin.part is not None:
+        return f"{file}#{pin.part}"
+    return environment_of(file)
+
+
 @dataclass(frozen=True)
 class EnvironmentMove:
     environment: str
@@ -51,23 +71,14 @@ def environments(
 ) -> list[EnvironmentMove]:
     """Every environment that pins torch on either side, with its torch on each (moved or not)."""
     torch = [p for p in [*base, *head] if p.package == "torch"]
-    names = sorted({environment_of(p.included or p.file) for p in torch})
+    parted = _parted(torch)
+    names = sorted({_name(p, parted) for p in torch})
     found = []
     for name in names:
-        was, old_problems = effective([p for p in base if _in(p, name)], "torch")
-        now, new_problems = effective([p for p in head if _in(p, name)], "torch")
+        was, old_problems = effective([p for p in base if _name(p, parted) == name], "torch")
+        now, new_problems = effective([p for p in head if _name(p, parted) == name], "torch")
         found.append(EnvironmentMove(name, was, now, tuple(old_problems), tuple(new_problems)))
     return found
-
-
-def environment_table(
-    base: Sequence[Pin], head: Sequence[Pin], effective: EffectivePin
-) -> tuple[tuple[str, str | None, str | None], ...]:
-    """(environment, baseline side, candidate side) of every environment, for the record."""
-    return tuple(
-        (e.environment, e.old.side if e.old else None, e.new.side if e.new else None)
-        for e in environments(base, head, effective)
-    )
 
 
 def moved_environments(
@@ -76,10 +87,6 @@ def moved_environments(
     """(how many environments pin torch on either side, those whose torch moved)."""
     found = environments(base, head, effective)
     return len(found), [m for m in found if m.key()[0] != m.key()[1]]
-
-
-def _in(pin: Pin, environment: str) -> bool:
-    return environment_of(pin.included or pin.file) == environment
 
 
 def agreed(moves: Sequence[EnvironmentMove]) -> EnvironmentMove | None:

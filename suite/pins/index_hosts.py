@@ -71,13 +71,19 @@ def _side(pin: Pin | None, side: str, hosts: frozenset[str], notes: list[str]) -
     return SideIndexes(index, tuple(u for u in extra if u is not None))
 
 
-def check_indexes(result: Assessment, named: Collection[str] = ()) -> CheckedIndexes:
+def check_indexes(
+    result: Assessment,
+    named: Collection[str] = (),
+    pins: tuple[Pin | None, Pin | None] | None = None,
+) -> CheckedIndexes:
     """Each side's index URLs, each kept, stripped of its credential or dropped; the approved
-    hosts; and a note for each URL that was not kept as written."""
+    hosts; and a note for each URL that was not kept as written. pins: the (baseline,
+    candidate) pins to check, when not the result's own (an environment's)."""
     hosts = approved_hosts(result, named)
     notes: list[str] = []
+    old, new = pins if pins is not None else (result.baseline_pin, result.candidate_pin)
     sides = {
-        "baseline": _side(result.baseline_pin, "base", hosts, notes),
-        "candidate": _side(result.candidate_pin, "head", hosts, notes),
+        "baseline": _side(old, "base", hosts, notes),
+        "candidate": _side(new, "head", hosts, notes),
     }
     return CheckedIndexes(tuple(sorted(hosts)), sides, tuple(dict.fromkeys(notes)))

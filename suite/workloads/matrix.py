@@ -43,6 +43,9 @@ class Matrix:
     timeout_s: float
     entries: list[Entry]
     runners: dict[str, list[str]] = field(default_factory=dict)
+    # Backend -> the environment whose torch its jobs install (`pins` names them: a Dockerfile,
+    # a Dockerfile's stage, a folder's pin files): `pin-source:` in the file.
+    pin_sources: dict[str, str] = field(default_factory=dict)
 
     def evidence(self) -> MatrixEvidence:
         return {"file": self.file, "sha256": self.sha256, "name": self.name}
@@ -96,6 +99,7 @@ def _from_doc(doc: Any, file: str, sha256: str) -> Matrix:
         timeout_s=float(doc.get("timeout", DEFAULT_TIMEOUT_S)),
         entries=entries,
         runners={k: list(v) for k, v in doc.get("runners", {}).items()},
+        pin_sources={str(k): str(v) for k, v in doc.get("pin-source", {}).items()},
     )
 
 
@@ -136,6 +140,7 @@ def select(
         timeout_s=matrix.timeout_s,
         entries=entries,
         runners=matrix.runners,
+        pin_sources=matrix.pin_sources,
     )
 
 
