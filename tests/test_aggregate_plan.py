@@ -127,3 +127,22 @@ def test_worst_of_nothing_is_an_error_and_nothing_judged_is_not_adopt() -> None:
         worst([])
     decision, reasons = overall([], [])
     assert decision == "defer" and reasons[0] == "nothing was judged: no cell ran"
+
+
+def test_jobs_that_ran_different_torch_pairs_are_named(tmp_path: Path) -> None:
+    """Each backend ran its own pin-source's move: the decision names every job's pair, since
+    its own baseline and candidate are the first job's."""
+    from tests.synthetic import ENV
+
+    _job(tmp_path / "jobs", "cpu-1", [Cell(workload="sdpa", case="a")], 1)
+    _, doc, _ = _aggregate(tmp_path)
+    assert not [r for r in doc["reasons"] if "different torch pairs" in r]  # one pair
+    job = tmp_path / "jobs" / "torch-matrix-job~pr~rocm-1"
+    moved = {**ENV, "torch": {**ENV["torch"], "version": "2.7.1+rocm6.4"}}
+    make_run(job / "baseline", [Cell(workload="mlp", case="b")], run_id="20261201T100009Z-0000b9")
+    make_run(job / "candidate", [Cell(workload="mlp", case="b")], run_id="20261201T110009Z-0000c9",
+             env=moved)  # fmt: skip
+    _, doc, _ = _aggregate(tmp_path)
+    (said,) = [r for r in doc["reasons"] if "different torch pairs" in r]
+    assert "cpu-1: 2.13.0+cpu -> 2.13.0+cpu" in said
+    assert "rocm-1: 2.13.0+cpu -> 2.7.1+rocm6.4" in said

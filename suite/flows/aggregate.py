@@ -95,6 +95,7 @@ def aggregate(
     )
     worst = max(rollbacks.values(), key=lambda r: r.get("duration_s", 0.0)) if rollbacks else None
     first = decisions[0] if decisions else None
+    notes = [*notes, *_pairs_note(decisions, [job_name(j) for j in jobs])]
     return decision_record(
         policy,
         [*(cell for d in decisions for cell in d["cells"]), *missing],
@@ -118,3 +119,16 @@ def _side(decisions: Sequence[DecisionRecord], side: Role, planned: Planned | No
 
 def _joined(decisions: Sequence[DecisionRecord], side: Role) -> str:
     return ", ".join(d[side]["run_id"] for d in decisions)
+
+
+def _pairs_note(decisions: Sequence[DecisionRecord], names: Sequence[str]) -> list[str]:
+    """When the jobs ran different torch pairs (each backend its pin-source's), one line naming
+    each job's: the decision's own baseline and candidate are the first job's."""
+    pairs = {
+        name: f"{d['baseline'].get('torch')} -> {d['candidate'].get('torch')}"
+        for name, d in zip(names, decisions, strict=True)
+    }
+    if len(set(pairs.values())) <= 1:
+        return []
+    shown = "; ".join(f"{name}: {pair}" for name, pair in pairs.items())
+    return [f"the jobs ran different torch pairs ({shown}): each row is its own job's pair"]
