@@ -196,3 +196,25 @@ def test_without_pin_environments_the_plan_is_as_before(
     result = CliRunner().invoke(plan_command, ["--matrix", str(matrix)])
     assert result.exit_code == 0, result.output
     assert all("pins" not in j for j in json.loads(result.stdout)["include"])
+
+
+def test_ranges_that_make_room_for_the_exact_move_are_that_move() -> None:
+    """One folder pins torch==2.8.0 for type checks, two others a range; the change moves the pin
+    to 2.9.0 and widens the ranges to admit it: one move, 2.8.0 -> 2.9.0. A range that moves
+    without admitting the new pin is a move of its own: unknown."""
+    base = {
+        "requirements/typing.txt": "torch==2.8.0\n",
+        "requirements/fabric/base.txt": "torch>=2.1.0,<2.9.0\n",
+        "requirements/pytorch/base.txt": "torch>=2.1.0,<2.9.0\n",
+    }
+    head = {
+        "requirements/typing.txt": "torch==2.9.0\n",
+        "requirements/fabric/base.txt": "torch>=2.1.0,<2.10.0\n",
+        "requirements/pytorch/base.txt": "torch>=2.1.0,<2.10.0\n",
+    }
+    result = detect_bump(base, head)
+    assert result is not None and result.status == "changed", result
+    assert (result.baseline, result.candidate) == ("torch==2.8.0", "torch==2.9.0")
+    apart = detect_bump(base, {**head, "requirements/fabric/base.txt": "torch>=2.1.0,<2.8.5\n"})
+    assert apart is not None and apart.status == "unknown", apart
+    assert "environments moved differently" in apart.message

@@ -19,6 +19,7 @@ torchvision, torchaudio and triton are read too and reported beside torch.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from urllib.parse import unquote, urlsplit
@@ -269,7 +270,7 @@ def assess(
         Unknown(path, side, reason)
         for side, bad in (("base", base_bad), ("head", head_bad))
         for path, reason in sorted(bad.items())
-        if path in changed
+        if path in changed and not _unread_alike(path, base_bad, head_bad)
     ]
     if unscanned:
         unknown.append(Unknown("*", "head", unscanned))
@@ -323,6 +324,23 @@ def assess(
         base_index_urls=_index_urls(base_pins),
         environment_moves=tuple(environments(base_pins, head_pins, effective_pin)),
     )
+
+
+# The reasons a line-by-line reader gives for a torch word whose variable has no value in the
+# file (a build argument given on the command line, a workflow input).
+_NO_VALUE = re.compile(r"has no (?:ARG default or ENV value|value this file gives)")
+
+
+def _unread_alike(path: str, base_bad: Mapping[str, str], head_bad: Mapping[str, str]) -> bool:
+    """Whether a Dockerfile or workflow is unreadable on both sides for the same reason, a torch
+    word with a variable the file gives no value: the torch it installs then depends on the same
+    outside value on both sides, and the scan answers for every changed line (the file is not
+    read, so each that could move torch is unexplained)."""
+    old, new = base_bad.get(path), head_bad.get(path)
+    if old is None or new is None or pin_file_kind(path) not in ("dockerfile", "workflow"):
+        return False
+    strip = re.compile(r"\bline \d+")
+    return bool(_NO_VALUE.search(old)) and strip.sub("", old) == strip.sub("", new)
 
 
 def _read_files(tree: Tree, bad: Mapping[str, str]) -> set[str]:

@@ -243,6 +243,14 @@ _PIP = re.compile(r"pip(?:3(?:\.\d+)?)?(?:\$\{?\w+\}?)*")
 _PIP_OPTIONS_WITH_VALUE = frozenset(
     {"-r", "-c", "-e", "--requirement", "--constraint", "--editable", "-f", "--find-links"}
     | {"--extra-index-url", "--target", "-t", "--prefix", "--root", "--platform"}
+    # pip's other options that take a value, and uv pip's: a value is never a requirement
+    | {"--cache-dir", "--src", "--log", "--proxy", "--retries", "--timeout", "--exists-action"}
+    | {"--trusted-host", "--cert", "--client-cert", "--python-version", "--implementation"}
+    | {"--abi", "--upgrade-strategy", "--no-binary", "--only-binary", "--progress-bar"}
+    | {"--config-settings", "-C", "--global-option", "--python", "-p", "--report"}
+    | {"--root-user-action", "--use-feature", "--use-deprecated", "--keyring-provider"}
+    | {"--torch-backend", "--index-strategy", "--resolution", "--prerelease", "--index"}
+    | {"--default-index", "--extra-index", "--exclude-newer", "--overrides", "--group"}
 )
 
 

@@ -17,6 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
+from packaging.specifiers import SpecifierSet
+
 from suite.pins.files import pin_file_kind
 from suite.pins.requirement import Pin
 
@@ -24,8 +26,9 @@ EffectivePin = Callable[[Sequence[Pin], str], tuple["Pin | None", list[str]]]
 
 
 def environment_of(file: str) -> str:
-    """A Dockerfile is an environment of its own; other pin files, their folder's."""
-    if pin_file_kind(file) == "dockerfile":
+    """A Dockerfile or a workflow is an environment of its own; other pin files, their
+    folder's."""
+    if pin_file_kind(file) in ("dockerfile", "workflow"):
         return file
     parent = str(PurePosixPath(file).parent)
     return "." if parent in ("", ".") else parent
@@ -90,6 +93,28 @@ def moved_environments(
 
 
 def agreed(moves: Sequence[EnvironmentMove]) -> EnvironmentMove | None:
-    """The one move every moved environment made; None when they moved differently."""
+    """The one move every moved environment made; None when they moved differently. Ranges that
+    moved to make room for the one exact move (`torch>=2.1,<2.9` to `<2.10` beside `torch==2.8.0`
+    to `==2.9.0`), admitting its from on the base and its to on the head, are that move too."""
+    exact = [m for m in moves if _exact(m)]
+    if exact and len({m.key() for m in exact}) == 1:
+        one = exact[0]
+        if all(_makes_room(m, one) for m in moves if not _exact(m)):
+            return one
     keys = {m.key() for m in moves}
     return moves[0] if len(keys) == 1 else None
+
+
+def _exact(move: EnvironmentMove) -> bool:
+    return all(pin is None or pin.exact for pin in (move.old, move.new))
+
+
+def _makes_room(move: EnvironmentMove, exact: EnvironmentMove) -> bool:
+    """Whether a moved range admits the exact move's from on the base and its to on the head."""
+    pairs = ((move.old, exact.old), (move.new, exact.new))
+    for rng, pin in pairs:
+        if rng is None or pin is None or pin.version is None or rng.url:
+            return False
+        if not SpecifierSet(rng.specifier).contains(pin.version.split("+", 1)[0], prereleases=True):
+            return False
+    return True

@@ -19,6 +19,7 @@ from suite.pins.formats import Found, Unreadable
 from suite.pins.pyproject import pyproject_pins
 from suite.pins.requirement import Pin, make_pin, parse_tracked, url_requirement
 from suite.pins.setup_files import read_setup_cfg, read_setup_py
+from suite.pins.workflow_file import read_workflow
 
 __all__ = ["Pin", "logical_lines", "pin_file_kind", "pins_in_file"]
 
@@ -141,6 +142,8 @@ def pins_in_file(path: str, text: str, *, kind: str | None = None) -> list[Pin]:
         return _from_found(path, pin_formats.read_conda(text, _pip_found))
     if kind == "dockerfile":
         return _from_found(path, read_dockerfile(text, _requirement_word))
+    if kind == "workflow":
+        return _from_found(path, read_workflow(text, _requirement_word))
     if kind == "setup-py":
         return _from_found(path, read_setup_py(text, _requirement_word))
     if kind == "setup-cfg":

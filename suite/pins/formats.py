@@ -64,6 +64,12 @@ def format_of(path: str) -> str | None:
     """The format a file name says the file is in, for the formats this module reads."""
     name = PurePosixPath(path).name
     lower = name.lower()
+    # A GitHub Actions workflow, or a composite action anywhere under .github/ (before the conda
+    # names: a YAML file in .github/workflows/ is a workflow whatever its name).
+    folders = [part.lower() for part in PurePosixPath(path).parts[:-1]]
+    in_github = lower.endswith((".yml", ".yaml")) and folders[:1] == [".github"]
+    if in_github and (folders[1:] == ["workflows"] or lower in ("action.yml", "action.yaml")):
+        return "workflow"
     if lower in ("uv.lock", "poetry.lock", "pdm.lock"):
         return lower.removesuffix(".lock") + "-lock"
     if lower == "pipfile.lock":

@@ -1,26 +1,26 @@
-"""The fail-closed scan behind the pin readers: every changed line of every changed file that
-could name a torch install is either explained by a reader that read that file, or makes the
-answer `unknown`, naming the file and line.
+"""The fail-closed scan behind the pin readers: every changed line of every changed file that could
+name a torch install is either explained by a reader that read that file, or makes the answer
+`unknown`, naming the file and line.
 
-The readers (suite/pins/files.py, formats.py, dockerfile.py) turn what they understand into exact
-answers. What they do not understand — a file of a name no reader knows (`Dockerfile_intel`,
-`setup.py`, a workflow's `run:` step, a shell script), a line a reader skipped (a command word
-built from a variable, a heredoc) — must not become "no torch change": a torch move missed
-there merges with no evidence. So the scan looks at the change itself, not at the files the
+The readers (suite/pins/files.py, formats.py, dockerfile.py, workflow_file.py) turn what they
+understand into exact answers. What they do not understand — a file of a name no reader knows (a
+shell script, a compose file, a Makefile), a line a reader skipped (a workflow matrix key no install
+uses, a `pip install` inside a Python script) — must not become "no torch change": a torch move
+missed there merges with no evidence. So the scan looks at the change itself, not at the files the
 readers chose: "no torch change" is said only when no changed line anywhere could move torch.
 
-A line could move torch when it holds a torch requirement (`torch==2.7.0`, `torch>=2`,
-`torch @ https://…`), a torch wheel (`torch-2.7.0-….whl`), an image whose name holds torch
+A line could move torch when it holds a torch requirement (`torch==2.7.0`, `torch>=2`, `torch @
+https://…`), a torch wheel (`torch-2.7.0-….whl`), an image whose name holds torch
 (`pytorch/pytorch:2.7.0-…`, `rocm/pytorch:latest`), a torch version variable given a value
-(`TORCH_VERSION=2.7.0`, `PYTORCH_VERSION: ${{ … }}`, `torch-version: [...]`), or a `pip
-install`/`conda install` of torch. In Python source, where prose and version checks name torch
+(`TORCH_VERSION=2.7.0`, `PYTORCH_VERSION: ${{ … }}`, `torch-version: [...]`, `torch: [2.4]`), or a
+`pip install`/`conda install` of torch. In Python source, where prose and version checks name torch
 freely, a requirement counts only as a whole quoted string. Documentation (Markdown,
 reStructuredText, HTML, notebooks) installs nothing and is not scanned.
 
-A changed line of a file a reader read is explained when the reader found a torch (or
-torchvision, torchaudio, triton) pin on that line of that side, or when every version the line
-names is a version one of that file's pins on that side has (an `ARG TORCH_VERSION=2.7.0` the
-reader substituted). Lock files are read whole, by their structure: their lines are explained.
+A changed line of a file a reader read is explained when the reader found a torch (or torchvision,
+torchaudio, triton) pin on that line of that side, or when every version the line names is a version
+one of that file's pins on that side has (an `ARG TORCH_VERSION=2.7.0` the reader substituted). Lock
+files are read whole, by their structure: their lines are explained.
 """
 
 from __future__ import annotations
@@ -52,8 +52,10 @@ _TORCH = r"(?<![\w.-])(?:py)?torch(?![\w-])"
 _PATTERNS = (
     # a requirement: torch==2.7.0, torch>=2, torch[opt]~=2.1, torch @ https://..., pytorch=2.1
     re.compile(_TORCH + r"\s*(?:\[[^\]]*\])?\s*(?:===?|~=|>=|<=|!=|>|<|@|=)\s*['\"]?[\w*${]", re.I),
-    # a table or mapping entry: torch = "2.7.0", "torch": "^2.1", torch = { version = ... }
+    # a table or mapping entry: torch = "2.7.0", "torch": "^2.1", torch = { version = ... }, and
+    # a YAML key of versions (a job matrix's torch: [2.2.2, 2.4.1], torch: 2.4)
     re.compile(_TORCH + r"['\"]?\s*[:=]\s*['\"{]", re.I),
+    re.compile(_TORCH + r"['\"]?\s*:\s*\[?\s*['\"]?\d", re.I),
     # a wheel
     re.compile(r"(?<![\w-])torch-\d[\w.+!%-]*\.whl", re.I),
     # an image whose name holds torch, with a tag or a digest
