@@ -80,15 +80,17 @@ def pins_command(
 
     Reads, at two git refs: requirements*.txt, constraints*.txt, *.in, pyproject.toml, setup.py
     and setup.cfg (statically), uv.lock, poetry.lock, pdm.lock, Pipfile.lock, pylock*.toml, conda
-    environment*.yml, pixi.toml, pixi.lock and Dockerfiles of any name; or two single files
+    environment*.yml, pixi.toml, pixi.lock, Dockerfiles of any name, and GitHub workflows and
+    composite actions (container images, pip installs in run steps); or two single files
     (--base-file/--head-file, read as the head file's name says, else as requirements; .toml as
-    pyproject.toml). A changed file that cannot
-    be read, a moved range with no lock, files that disagree, or a changed line of any file (but
+    pyproject.toml). A changed file that cannot be read, a moved range with no lock, files that
+    disagree, environments that moved differently, or a changed line of any file (but
     documentation) that could move torch and that no reader explains (suite/pins/scan.py) give
     `unknown` (exit 0, status unknown, run true), never "no torch change". torchvision,
-    torchaudio and triton moves are
-    reported beside torch. With GITHUB_OUTPUT set, also writes the step outputs changed, status,
-    run, baseline, candidate, files, message, unknown, companions and the index URLs.
+    torchaudio and triton moves are reported beside torch. With GITHUB_OUTPUT set, also writes
+    the step outputs changed, status, run, baseline, candidate, files, message, unknown,
+    companions, environments (each with its own sides, for plan --pin-environments) and the
+    index URLs.
 
     An index URL keeps its credential (${VAR} references, or a literal one, masked) only on an
     approved host: a host an index URL of the base side's pin files names, or one of
