@@ -102,7 +102,7 @@ def test_ok_cell_has_measurements(planted_run: tuple[int, Path]) -> None:
     assert doc["timing"]["cold_start_s"] is not None
     assert doc["noise"]["grade"] in ("ok", "noisy")
     assert doc["throughput"]["value"] == pytest.approx(16 / summary["p50"])
-    assert doc["memory"]["method"].startswith("cpu-rss")
+    assert doc["memory"]["method"] == "cpu-allocator"
     assert doc["correctness"]["passed"] is True
     assert doc["source"]["sha256"] and doc["source"]["file"].endswith("planted.py")
 

@@ -115,7 +115,7 @@ register_backend(
         planned_by_default=True,
         host=True,
         detected="always",
-        memory="RSS above the region's baseline",
+        memory="the allocator's live-tensor peak (profiler events), RSS beside it",
         sync="—",
         runner_needs=_DOCKER_NEEDS,
         state="built and run in CI, offline, end to end through the workflow",

@@ -178,6 +178,9 @@ MemoryRecord = TypedDict(
         "samples": int,
         "pass": Literal["memory"],
         "calls": int,
+        # cpu-allocator: the RSS peak of the same region, advisory (it moves with the C
+        # allocator's arenas and pages, so no gate reads it)
+        "rss_peak_bytes": int,
     },
     total=False,
 )

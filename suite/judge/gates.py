@@ -16,7 +16,7 @@ from suite.core.decision_records import GateRecord
 from suite.core.records import AccuracyCheck, Verdict
 from suite.core.results import disturbed
 from suite.core.stats import throughput_of, timing_of
-from suite.judge import sequential
+from suite.judge import memory, sequential
 from suite.judge.policy import Gate
 from suite.judge.sequential import Design
 from suite.judge.verdicts import FAILED, Record, gate_result
@@ -309,30 +309,8 @@ def _peaks(records: Sequence[Record]) -> list[int]:
 def memory_gate(
     gate: Gate, base: Sequence[Record], cand: Sequence[Record], comparable: bool
 ) -> GateRecord:
-    bp, cp = _peaks(base), _peaks(cand)
-    if not bp or not cp:
-        return gate_result(gate, "untested", "no peak-memory reading on both sides")
-    if not comparable:
-        return gate_result(
-            gate, "not-comparable", "the two sides ran on different machines or images"
-        )
-    b, c = int(statistics.median(bp)), int(statistics.median(cp))
-    numbers = {"unit": "B", "baseline": b, "candidate": c, "change": (c / b - 1) if b > 0 else None}
-    growth = c - b
-    rel = growth / b if b > 0 else float("inf") if growth > 0 else 0.0
-    assert gate.threshold is not None
-    text = f"peak {b / 2**20:.1f} MiB -> {c / 2**20:.1f} MiB"
-    if abs(growth) <= gate.min_bytes:
-        return gate_result(
-            gate, "pass", f"{text}: within {gate.min_bytes / 2**20:.1f} MiB", **numbers
-        )
-    if rel > gate.threshold:
-        return gate_result(gate, "fail", f"{text} ({rel:+.1%} > {gate.threshold:.0%})", **numbers)
-    if rel < -gate.threshold:
-        return gate_result(gate, "improved", f"{text} ({rel:+.1%})", **numbers)
-    return gate_result(
-        gate, "pass", f"{text} ({rel:+.1%}, threshold {gate.threshold:.0%})", **numbers
-    )
+    """peak_memory from every ok round's reading on both sides (suite/judge/memory.py)."""
+    return memory.memory_gate(gate, _peaks(base), _peaks(cand), comparable)
 
 
 def budget_gate(gate: Gate, cand: Sequence[Record]) -> GateRecord | None:

@@ -193,14 +193,25 @@ SUMMARIZED = (*TIMING_GATES, "instructions")
 
 
 def timing_lines(cells: Sequence[Cell]) -> list[str]:
-    """Per timing gate and the instructions gate: in how many cells it decided, after how many
-    rounds, and why not."""
+    """Per timing gate and the instructions gate: in how many of the cells that ran it decided,
+    after how many rounds, and why not; and how many cells were skipped on both sides (a
+    backend absent here), which no gate could judge and no count includes."""
+    skipped = [c for c in cells if c["baseline_status"] == c["candidate_status"] == "skipped"]
     found: dict[str, list[GateRecord]] = {}
     for cell in cells:
+        if cell in skipped:
+            continue
         for gate in cell["gates"]:
             if gate["gate"] in SUMMARIZED:
                 found.setdefault(gate["gate"], []).append(gate)
-    return [_timing_line(name, found[name]) for name in SUMMARIZED if name in found]
+    lines = [_timing_line(name, found[name]) for name in SUMMARIZED if name in found]
+    if skipped and lines:
+        backends = ", ".join(sorted({c["backend"] for c in skipped}))
+        lines.append(
+            f"{_count(len(skipped), 'cell')} skipped on both sides ({backends}: a backend or "
+            "dependency absent here), not counted above"
+        )
+    return lines
 
 
 def _timing_line(name: str, gates: list[GateRecord]) -> str:

@@ -20,7 +20,7 @@ from suite.core.records import (
     ThreadsRecord,
 )
 from suite.core.spec import CellSpec
-from suite.worker.backends import Backend, MemoryTracker
+from suite.worker.backends import Backend
 from suite.worker.counting import Counted, count_steps, steps_to_count
 from suite.worker.measure import (
     BUDGETS,
@@ -30,6 +30,7 @@ from suite.worker.measure import (
     memory_pass,
     run_timed,
 )
+from suite.worker.memory import MemoryTracker
 from suite.worker.ranks import rank_env
 from suite.workloads.base import CellContext, ParamValue
 
@@ -258,7 +259,7 @@ def fill_measurements(doc: Result, ctx: WorkerContext) -> None:
                 "items_per_iter": ctx.items_per_iter,
                 "value": stats.throughput(ctx.items_per_iter, timing["summary"]["p50"]),
             }
-    if ctx.tracker is not None and ctx.tracker.baseline_bytes is not None:
+    if ctx.tracker is not None and ctx.tracker.measured:
         doc["memory"] = ctx.tracker.as_dict()
     if ctx.counted is not None:
         doc["instructions"] = ctx.counted
