@@ -75,3 +75,34 @@ def test_without_the_profiler_rss_is_the_figure(monkeypatch: pytest.MonkeyPatch)
     record = _peak(lambda: torch.zeros(8 * MIB, dtype=torch.uint8).fill_(1))
     assert record["method"].startswith("cpu-rss"), record
     assert "rss_peak_bytes" not in record
+
+
+def test_state_a_step_replaces_counts_once_from_the_first_pass() -> None:
+    """A training step frees the gradients the step before allocated and allocates new ones.
+    The profiler does not report the free of a block allocated before it started, so without
+    the priming call the first pass in a process counts them twice; with it (memory_pass's
+    mark), every pass reads the same figure."""
+    from suite.worker.measure import memory_pass
+
+    model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU())
+    x = torch.randn(64, 256)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+    def step() -> None:
+        optimizer.zero_grad()
+        model(x).pow(2).mean().backward()
+        optimizer.step()
+
+    for _ in range(3):
+        step()
+    unprimed = CpuAllocatorTracker()
+    unprimed.start()
+    step()
+    unprimed.stop()
+    figures = []
+    for _ in range(3):
+        tracker = CpuAllocatorTracker()
+        memory_pass(step, lambda: None, tracker.start, tracker.stop, mark=tracker.mark)
+        figures.append(tracker.peak_bytes)
+    assert len(set(figures)) == 1, figures
+    assert unprimed.peak_bytes > figures[0]  # the grads freed unreported, counted again

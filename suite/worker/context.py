@@ -119,7 +119,9 @@ class WorkerContext(CellContext):
         )
         # Peak memory comes from its own pass: its allocator settings and sampler thread would
         # change the timings they ran beside.
-        memory_pass(fn, self.backend.sync, self.tracker.start, self.tracker.stop)
+        tracker = self.tracker
+        prime = tracker.mark if tracker.primes else None
+        memory_pass(fn, self.backend.sync, tracker.start, tracker.stop, mark=prime)
         self.items_per_iter = float(items_per_iter)
         self.unit = unit
         self.step = fn

@@ -214,11 +214,17 @@ def memory_pass(
     start: Callable[[], None],
     stop: Callable[[], None],
     calls: int = MEMORY_PASS_CALLS,
+    mark: Callable[[], None] | None = None,
 ) -> None:
-    """Steady-state calls under the memory tracker, apart from (after) the timed samples."""
+    """Steady-state calls under the memory tracker, apart from (after) the timed samples. With
+    mark, one priming call first, then mark(): the tracker's figure begins there."""
     sync()
     start()
     try:
+        if mark is not None:
+            fn()
+            sync()
+            mark()
         for _ in range(calls):
             fn()
         sync()
