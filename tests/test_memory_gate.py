@@ -51,6 +51,8 @@ def test_the_issues_rss_readings_are_inconclusive() -> None:
 
 def test_growth_within_min_bytes_passes_and_missing_readings_are_untested() -> None:
     assert verdict([1000], [900_000]) == "pass"
+    small = Gate("peak_memory", "soft", threshold=0.20, min_bytes=16 << 10)
+    assert str(memory_gate(small, [MIB], [MIB + 1000], True)["message"]).endswith("within 16 KiB")
     assert verdict([], [MIB]) == "untested"
     assert memory_gate(GATE, [MIB], [MIB], False)["verdict"] == "not-comparable"
 

@@ -38,6 +38,11 @@ REPEAT_SPREAD = 0.01
 LEVEL = 0.01
 
 
+def _size(nbytes: int) -> str:
+    """16 KiB, 1.0 MiB: a floor as the policy would write it."""
+    return f"{nbytes / 2**20:.1f} MiB" if nbytes >= 2**20 else f"{nbytes / 2**10:.0f} KiB"
+
+
 def spread(values: Sequence[int]) -> float:
     """(max - min) / median; 0 for one reading."""
     mid = statistics.median(values)
@@ -67,9 +72,7 @@ def memory_gate(gate: Gate, bp: Sequence[int], cp: Sequence[int], comparable: bo
     numbers = {"unit": "B", "baseline": b, "candidate": c, "change": (c / b - 1) if b > 0 else None}
     text = f"peak {b / 2**20:.1f} MiB -> {c / 2**20:.1f} MiB"
     if abs(c - b) <= gate.min_bytes:
-        return gate_result(
-            gate, "pass", f"{text}: within {gate.min_bytes / 2**20:.1f} MiB", **numbers
-        )
+        return gate_result(gate, "pass", f"{text}: within {_size(gate.min_bytes)}", **numbers)
     rel = (c - b) / b if b > 0 else math.inf
     if repeats(bp) and repeats(cp):
         said = f"{text} ({rel:+.1%}; each side's {len(bp)}/{len(cp)} readings repeat)"
