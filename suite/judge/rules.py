@@ -196,7 +196,9 @@ def timing_lines(cells: Sequence[Cell]) -> list[str]:
     """Per timing gate and the instructions gate: in how many of the cells that ran it decided,
     after how many rounds, and why not; and how many cells were skipped on both sides (a
     backend absent here), which no gate could judge and no count includes."""
-    skipped = [c for c in cells if c["baseline_status"] == c["candidate_status"] == "skipped"]
+    skipped = [
+        c for c in cells if c.get("baseline_status") == c.get("candidate_status") == "skipped"
+    ]
     found: dict[str, list[GateRecord]] = {}
     for cell in cells:
         if cell in skipped:
