@@ -17,6 +17,7 @@ from suite.cli.options import (
     DECISION_EXIT_CODES,
     DEFAULT_CALIBRATION,
     CellChoice,
+    ExtraRequirements,
     calibration_option,
     format_option,
     fresh_out,
@@ -24,6 +25,7 @@ from suite.cli.options import (
     index_options,
     matrix_options,
     policy_options,
+    requirement_options,
     warn_below_resolution,
 )
 from suite.core.errors import InputError
@@ -52,6 +54,7 @@ if TYPE_CHECKING:
     help="Same forms as --baseline; with --resume, the side recorded in --out.",
 )
 @index_options
+@requirement_options
 @matrix_options
 @policy_options
 @click.option(
@@ -90,6 +93,7 @@ def ab(
     baseline: str,
     candidate: str | None,
     indexes: dict[str, Indexes],
+    extra: ExtraRequirements,
     chosen: CellChoice,
     policy_file: Path | None,
     policy_profile: str | None,
@@ -113,9 +117,14 @@ def ab(
         matrix, cells, resolved = chosen.select()
         warn_below_resolution(calibration_file, cells, lambda: policy)
         baseline, candidate = _sides(baseline, candidate, out, resume)
+        with_requirements = extra.read()
+        if resume and out is not None:
+            from suite.flows.ab import recorded_requirements
+
+            with_requirements = recorded_requirements(out, with_requirements)
         out = out or Path("torch-matrix-runs") / f"ab-{new_run_id()}"
         fresh_out(out, resume=resume, holds=("baseline/run.json", "candidate/run.json"))
-        base_side, cand_side = _prepare(baseline, candidate, out, indexes)
+        base_side, cand_side = _prepare(baseline, candidate, out, indexes, with_requirements)
         design = design_for(policy, rounds)
         looks = ", ".join(str(n) for n in design.looks)
         budget = f", budget {design.budget_s:g}s" if design.budget_s is not None else ""
@@ -160,16 +169,24 @@ def _sides(baseline: str, candidate: str | None, out: Path | None, resume: bool)
 
 
 def _prepare(
-    baseline: str, candidate: str, out: Path, indexes: dict[str, Indexes]
+    baseline: str,
+    candidate: str,
+    out: Path,
+    indexes: dict[str, Indexes],
+    with_requirements: tuple[str, ...],
 ) -> tuple[PreparedSide, PreparedSide]:
-    from suite.execute.sides import prepare
+    from suite.execute.sides import admitted, prepare
 
-    click.echo(f"preparing baseline {redact_text(baseline)} …", err=True)
+    admitted(baseline, "baseline", with_requirements)  # neither prepared if one cannot take them
+    admitted(candidate, "candidate", with_requirements)
     log = out / "prepare.log"
-    base_side = prepare(baseline, "baseline", log=log, indexes=indexes["baseline"])
-    click.echo(f"preparing candidate {redact_text(candidate)} …", err=True)
-    cand_side = prepare(candidate, "candidate", log=log, indexes=indexes["candidate"])
-    return base_side, cand_side
+    prepared = []
+    for role, spec in (("baseline", baseline), ("candidate", candidate)):
+        click.echo(f"preparing {role} {redact_text(spec)} …", err=True)
+        prepared.append(
+            prepare(spec, role, log=log, indexes=indexes[role], with_requirements=with_requirements)
+        )
+    return prepared[0], prepared[1]
 
 
 def _echo_phases(decision: DecisionRecord) -> None:
@@ -192,6 +209,7 @@ def _echo_phases(decision: DecisionRecord) -> None:
     metavar="SIDE",
     help="The torch to calibrate with, as both sides of an A/A: same forms as ab --baseline.",
 )
+@requirement_options
 @click.option(
     "--rounds",
     type=click.IntRange(min=4),
@@ -218,6 +236,7 @@ def calibrate(
     policy_file: Path | None,
     policy_profile: str | None,
     side: str,
+    extra: ExtraRequirements,
     rounds: int,
     out: Path,
     force: bool,
@@ -235,11 +254,12 @@ def calibrate(
 
     policy = load_policy(policy_file, policy_profile)
     matrix, cells, resolved = chosen.select()
+    with_requirements = extra.read()
     check_out(out, force)
     runs = runs or Path("torch-matrix-runs") / f"calibrate-{new_run_id()}"
     fresh_out(runs)
     click.echo(f"preparing {side} …", err=True)
-    prepared = prepare(side, "side", log=runs / "prepare.log")
+    prepared = prepare(side, "side", log=runs / "prepare.log", with_requirements=with_requirements)
     click.echo(
         f"torch-matrix {__version__}: A/A of {len(cells)} cells on {side}, {rounds} rounds, "
         f"policy {policy.profile} ({policy.sha256[:12]}), runs in {runs}",

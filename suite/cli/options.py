@@ -247,7 +247,7 @@ def matrix_options(fn: F) -> F:
 
 DECISION_EXIT_CODES = """\b
 Exit codes:
-  0  adopt      the candidate passes every gate
+  0  adopt      no rule blocks a row, and every gate soft or above was decided somewhere
   4  isolate    failures confined to prototype-lane or isolatable rows
   5  defer      evidence missing or inconclusive, a budget exceeded, a performance regression
   6  rollback   a hard gate failed on a backend the fleet depends on
@@ -312,6 +312,45 @@ def index_options(fn: F) -> F:
             " ${VAR} is expanded from the environment, a credential never written).",
         )(with_indexes)
     return with_indexes  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class ExtraRequirements:
+    """What --with and --requirements gave, read (and the file parsed) only when the command
+    asks, inside its error handling."""
+
+    given: tuple[str, ...]
+    file: Path | None
+
+    def read(self) -> tuple[str, ...]:
+        from suite.execute.side_deps import extra_requirements
+
+        return extra_requirements(self.given, self.file)
+
+
+def requirement_options(fn: F) -> F:
+    """--with and --requirements: what a workload needs beside torch, for every side, passed to
+    the command as extra=ExtraRequirements."""
+
+    @functools.wraps(fn)
+    def with_extra(*args: Any, with_: Sequence[str], requirements: Path | None, **kw: Any) -> Any:
+        return fn(*args, extra=ExtraRequirements(tuple(with_), requirements), **kw)
+
+    with_extra = click.option(
+        "--requirements",
+        type=click.Path(path_type=Path, dir_okay=False),
+        metavar="FILE",
+        help="A requirements file (one package a line) of what the workload needs beside torch.",
+    )(with_extra)
+    with_extra = click.option(
+        "--with",
+        "with_",
+        multiple=True,
+        metavar="REQ",
+        help="A package the workload needs beside torch (transformers==4.57.1), installed into "
+        "each torch==X side's venv and checked in an interpreter side; repeatable.",
+    )(with_extra)
+    return with_extra  # type: ignore[return-value]
 
 
 def format_option(fn: F) -> F:

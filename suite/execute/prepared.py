@@ -21,3 +21,6 @@ class PreparedSide:
     # docker sides: reference, digest, the recipe and suite labels (suite/execute/docker.py)
     image: ImageRecord | None = None
     indexes: Indexes = field(default_factory=Indexes)  # where a requirement side's torch came from
+    # what the workload needs beside torch (--with): in a requirement side's venv, checked in an
+    # interpreter side's; kept so that a side prepared again (the rollback rehearsal) holds them
+    with_requirements: tuple[str, ...] = ()

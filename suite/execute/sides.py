@@ -12,7 +12,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,12 +28,13 @@ from suite.execute.manifest import (
     write_manifest,
 )
 from suite.execute.prepared import PreparedSide
+from suite.execute.side_deps import WORKER_NEEDS, check_interpreter, parse_requirement
 
 __all__ = ["PreparedSide", "parse", "prepare"]
 
 _REQUIREMENT = re.compile(r"^torch\s*(\[[^\]]*\])?\s*(==|~=|>=|<=|>|<|!=|===|@)")
 # Runtime needs of the worker besides torch; the suite itself travels on PYTHONPATH.
-WORKER_REQUIREMENTS = ("jsonschema>=4.18", "PyYAML>=6.0", "numpy")
+WORKER_REQUIREMENTS = tuple(WORKER_NEEDS.values())
 INSTALL_TIMEOUT_S = 3600.0
 READY = ".torch-matrix-ready"  # inside a venv whose build finished: the requirement, masked
 
@@ -59,9 +60,13 @@ def _venv_python(venv: Path) -> Path:
     return venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
 
 
-def venv_path(requirement: str, python: str, indexes: Indexes) -> Path:
+def venv_path(
+    requirement: str, python: str, indexes: Indexes, with_requirements: Sequence[str] = ()
+) -> Path:
     """Where the venv of a requirement lives: named by the requirement (masked) and a key of
-    everything that decides its contents, the indexes without their credentials among them."""
+    everything that decides its contents, the indexes and the extra requirements (a set: their
+    order is not) without their credentials among them."""
+    extra = sorted({without_credential(r) for r in with_requirements})
     key_src = json.dumps(
         [
             without_credential(requirement),
@@ -69,6 +74,7 @@ def venv_path(requirement: str, python: str, indexes: Indexes) -> Path:
             os.path.realpath(python),
             WORKER_REQUIREMENTS,
             *([indexes.public()] if indexes else []),
+            *([extra] if extra else []),  # none: the key of a venv built before --with existed
         ]
     )
     key = hashlib.sha256(key_src.encode()).hexdigest()[:16]
@@ -82,14 +88,16 @@ def venv_for(
     log: Path | None = None,
     python: str = sys.executable,
     indexes: Indexes | None = None,
+    with_requirements: Sequence[str] = (),
 ) -> tuple[Path, float]:
-    """A cached venv with this torch requirement, installed from these indexes; built once,
-    reused after (returns build time). The cache key holds the indexes without credentials, so
-    another index is another venv and another token is not; pip gets them in its environment.
+    """A cached venv with this torch requirement and the extra requirements, installed from
+    these indexes; built once, reused after (returns build time). The cache key holds the indexes
+    and the extra requirements without credentials, so another index or package is another venv
+    and another token is not; pip gets them in its environment.
     Before each reuse the venv is checked against the manifest written when it was built
     (suite/execute/manifest.py): one that differs, or has none, is removed and built again."""
     indexes = indexes or Indexes()
-    venv = venv_path(requirement, python, indexes)
+    venv = venv_path(requirement, python, indexes, with_requirements)
     venv.parent.mkdir(parents=True, exist_ok=True)
     # Two runs on one runner (two jobs, two A/Bs) may want the same venv at once: the second
     # waits for the first's build instead of removing it half-made as an unfinished one. The
@@ -98,7 +106,7 @@ def venv_for(
         fcntl.flock(lock, fcntl.LOCK_EX)
         if _reusable(venv):
             return _venv_python(venv), 0.0
-        return _build_venv(venv, requirement, python, indexes, log)
+        return _build_venv(venv, (requirement, *with_requirements), python, indexes, log)
 
 
 def _reusable(venv: Path) -> bool:
@@ -121,9 +129,11 @@ def _reusable(venv: Path) -> bool:
 
 
 def _build_venv(
-    venv: Path, requirement: str, python: str, indexes: Indexes, log: Path | None
+    venv: Path, requirements: Sequence[str], python: str, indexes: Indexes, log: Path | None
 ) -> tuple[Path, float]:
-    shown = redact_text(requirement)
+    """requirements: torch's first, then the extra ones. One pip call resolves them together,
+    so pip picks versions of the extra ones that fit this torch, or fails the build."""
+    shown = redact_text(" ".join(requirements))
     start = time.perf_counter()
     manifest_path(venv).unlink(missing_ok=True)  # written again only once the build is done
     if venv.exists():
@@ -132,7 +142,7 @@ def _build_venv(
     pip = [str(_venv_python(venv)), "-I", "-m", "pip", "install", "--disable-pip-version-check"]
     steps = [
         [python, "-I", "-m", "venv", str(venv)],
-        [*pip, "-q", requirement, *WORKER_REQUIREMENTS],
+        [*pip, "-q", requirements[0], *WORKER_REQUIREMENTS, *requirements[1:]],
     ]
     env = {**os.environ, **indexes.pip_env()}
     where = f" from {indexes.shown()}" if indexes else ""
@@ -168,42 +178,78 @@ def _build_venv(
 
 
 def prepare(
-    spec: str, role: str, *, log: Path | None = None, indexes: Indexes | None = None
+    spec: str,
+    role: str,
+    *,
+    log: Path | None = None,
+    indexes: Indexes | None = None,
+    with_requirements: Sequence[str] = (),
 ) -> PreparedSide:
-    """The side a spec names, ready to run workers (a venv built, an image resolved). Indexes
-    apply to a torch requirement only: another kind of side has its torch already."""
+    """The side a spec names, ready to run workers (a venv built, an image resolved, an
+    interpreter checked). Indexes apply to a torch requirement only: another kind of side has its
+    torch already. The extra requirements (--with) are installed into a requirement side's venv;
+    an interpreter side must hold them already, and an image side cannot take them."""
     kind = _kind(spec, role)
     if indexes and kind.name != "requirement":
         raise InputError(
             f"an index URL applies to a torch requirement side (torch==X.Y.Z), not to {spec!r}",
             option=f"--{role}-index-url",
         )
+    extra = admitted(spec, role, with_requirements)
     if indexes:
         indexes.expanded(option=f"--{role}-index-url")  # a missing ${VAR} fails before pip
-    return kind.prepare(spec, role, log, indexes or Indexes())
+    return kind.prepare(spec, role, log, indexes or Indexes(), extra)
 
 
-def _current(spec: str, role: str, log: Path | None, indexes: Indexes) -> PreparedSide:
-    return PreparedSide(spec, "current", sys.executable, 0.0, "current")
+def admitted(spec: str, role: str, with_requirements: Sequence[str]) -> tuple[str, ...]:
+    """The extra requirements, parsed, where this kind of side can take them; an InputError
+    naming --with where it cannot (an image is what it was built with: nothing is installed into
+    it here). Called for both sides before either is prepared, so a refusal comes first."""
+    extra = tuple(parse_requirement(r, option="--with") for r in with_requirements)
+    if extra and not _kind(spec, role).takes_extra:
+        raise InputError(
+            f"an image side ({redact_text(spec)}) takes no extra requirements: build the image "
+            "with them, torch-matrix image build --with REQ",
+            option="--with",
+        )
+    return extra
 
 
-def _python(spec: str, role: str, log: Path | None, indexes: Indexes) -> PreparedSide:
+def _current(
+    spec: str, role: str, log: Path | None, indexes: Indexes, extra: tuple[str, ...]
+) -> PreparedSide:
+    check_interpreter(sys.executable, role, extra)
+    return PreparedSide(spec, "current", sys.executable, 0.0, "current", with_requirements=extra)
+
+
+def _python(
+    spec: str, role: str, log: Path | None, indexes: Indexes, extra: tuple[str, ...]
+) -> PreparedSide:
     path = shutil.which(spec) or spec
     if not Path(path).is_file():
         raise InputError(f"interpreter {spec!r} does not exist", option=f"--{role}")
-    return PreparedSide(spec, Path(path).parent.parent.name or spec, path, 0.0, "python")
+    check_interpreter(path, role, extra)
+    label = Path(path).parent.parent.name or spec
+    return PreparedSide(spec, label, path, 0.0, "python", with_requirements=extra)
 
 
-def _docker(spec: str, role: str, log: Path | None, indexes: Indexes) -> PreparedSide:
+def _docker(
+    spec: str, role: str, log: Path | None, indexes: Indexes, extra: tuple[str, ...]
+) -> PreparedSide:
     from suite.execute.docker import prepare_docker  # the Docker SDK only when a side needs it
 
     return prepare_docker(spec, role)
 
 
-def _requirement(spec: str, role: str, log: Path | None, indexes: Indexes) -> PreparedSide:
-    interpreter, took = venv_for(spec, log=log, indexes=indexes)
+def _requirement(
+    spec: str, role: str, log: Path | None, indexes: Indexes, extra: tuple[str, ...]
+) -> PreparedSide:
+    interpreter, took = venv_for(spec, log=log, indexes=indexes, with_requirements=extra)
     label = redact_text(spec) + (f" ({indexes.shown()})" if indexes else "")
-    return PreparedSide(spec, label, str(interpreter), took, "requirement", indexes=indexes)
+    return PreparedSide(
+        spec, label, str(interpreter), took, "requirement", indexes=indexes,
+        with_requirements=extra,
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -212,13 +258,15 @@ class SideKind:
 
     name: str
     matches: Callable[[str], bool]
-    prepare: Callable[[str, str, Path | None, Indexes], PreparedSide]
+    # spec, role, the log of its preparation, indexes, extra requirements
+    prepare: Callable[[str, str, Path | None, Indexes, tuple[str, ...]], PreparedSide]
+    takes_extra: bool = True  # whether --with can be installed into or checked in it
 
 
 # Tried in order: the first kind whose test matches the spec is its kind.
 KINDS: tuple[SideKind, ...] = (
     SideKind("current", lambda spec: spec == "current", _current),
-    SideKind("docker", lambda spec: spec.startswith("docker:"), _docker),
+    SideKind("docker", lambda spec: spec.startswith("docker:"), _docker, takes_extra=False),
     SideKind(
         "requirement",
         lambda spec: bool(_REQUIREMENT.match(spec)) or spec.startswith(("torch==", "torch @")),

@@ -30,6 +30,7 @@ from suite.core.spec import CellSpec
 from suite.execute.environment import RunOptions
 from suite.execute.progress import Progress
 from suite.execute.runner import Run
+from suite.execute.side_deps import resumed
 from suite.execute.sides import PreparedSide
 from suite.flows.compare import decide
 from suite.flows.counts import count_cells, counting_spent_s
@@ -121,6 +122,12 @@ def recorded_sides(out: Path, baseline: str, candidate: str | None) -> tuple[str
             )
         specs[role] = str(spec)
     return specs["baseline"], specs["candidate"]
+
+
+def recorded_requirements(out: Path, given: Sequence[str]) -> tuple[str, ...]:
+    """The extra requirements (--with) the A/B in `out` prepared its sides with."""
+    ab = read_run(out / "baseline" / "run.json").get("ab") or {}
+    return resumed(ab.get("with_requirements") or [], given)
 
 
 def run_ab(
@@ -220,6 +227,8 @@ def _side_extra(
             "index_url": redact_text(side.indexes.index_url or "") or None,
             "extra_index_urls": [redact_text(u) for u in side.indexes.extra_index_urls],
         }
+    if side.with_requirements:
+        ab["with_requirements"] = [redact_text(r) for r in side.with_requirements]
     extra: RunRecord = {
         "label": side.label,
         "side": role,

@@ -63,7 +63,10 @@ def rehearsal(
     """Back to the baseline: environment ready again, every cell once more into out/rehearsal.
     Returns what that took."""
     start = time.perf_counter()
-    again = prepare(baseline.spec, "baseline", indexes=baseline.indexes)
+    again = prepare(
+        baseline.spec, "baseline", indexes=baseline.indexes,
+        with_requirements=baseline.with_requirements,
+    )  # fmt: skip
     options = RunOptions(
         out=out / "rehearsal", interpreter=again.interpreter, timeout_s=base_run.options.timeout_s,
         memory_limit_bytes=base_run.options.memory_limit_bytes, rounds=(0,),
