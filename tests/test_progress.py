@@ -42,3 +42,13 @@ def test_failure_detail_and_colour_on_a_terminal() -> None:
     text = out.getvalue()
     assert "\x1b[31mcrashed" in text and "— worker killed by SIGSEGV" in text
     assert "traceback" not in text
+
+
+def test_work_beyond_the_plan_never_reads_more_done_than_planned() -> None:
+    out, clock = io.StringIO(), Clock()
+    progress = Progress(1, stream=out, clock=clock, tty=False)
+    for cell in ("a@cpu", "a@cpu again"):
+        clock.now += 5
+        progress.finished(cell, {"status": "ok", "wall_s": 5.0, "failure": None})
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("[1/1] ok") and lines[1].startswith("[2/2] ok"), lines

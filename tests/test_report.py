@@ -466,7 +466,7 @@ def test_inconclusive_only_cells_are_listed_not_sectioned() -> None:
     # The one cell with a fail keeps its section; its inconclusive gates are shown there.
     assert summaries == ["flex_attention.causal.compiled.bf16@cpu"]
     assert "fail: latency_p95; inconclusive: latency_p50, throughput" in text
-    undecided = text.split("**Undecided, 4 cells**")[1]
+    undecided = text.split("**Undecided, 5 cells**")[1]
     assert "<details>" not in undecided
     entries = [line for line in undecided.split("\n") if line.startswith("- ")]
     assert entries[0] == (
@@ -477,15 +477,19 @@ def test_inconclusive_only_cells_are_listed_not_sectioned() -> None:
         "- mlp\\_train\\.default@cpu: latency\\_p50 \\-0\\.8%, latency\\_p95 \\-1\\.0%, "
         "throughput \\+0\\.8% \\(spread 6\\.4%, 9 rounds, out of time, ≈24 rounds needed\\)"
     )
-    only_inconclusive = [
+    # Inconclusive, or untested in a cell that ran: every such cell is listed with why.
+    only_undecided = [
         c["cell_id"]
         for c in doc["cells"]
         if {g["verdict"] for g in c["gates"]} & {"fail", "new-failure", "not-comparable"} == set()
-        and any(g["verdict"] == "inconclusive" for g in c["gates"])
+        and any(g["verdict"] in ("inconclusive", "untested") for g in c["gates"])
+        and not c["baseline_status"] == c["candidate_status"] == "skipped"
     ]
-    assert len(entries) == len(only_inconclusive) == 4
-    for cell_id, entry in zip(only_inconclusive, entries, strict=True):
+    assert len(entries) == len(only_undecided) == 5
+    for cell_id, entry in zip(only_undecided, entries, strict=True):
         assert entry.startswith(f"- {md(cell_id)}: ")
+    untested = next(e for e in entries if "fwd\\_bwd" in e)
+    assert "untested: no steady\\-state timing on both sides" in untested
 
 
 def test_undecided_list_is_capped_and_names_what_holds_the_decision() -> None:
@@ -497,9 +501,9 @@ def test_undecided_list_is_capped_and_names_what_holds_the_decision() -> None:
         doc["cells"].append(extra)
     template["gates"][2]["decision"] = "defer"  # as when latency evidence is required
     text = render_markdown(doc)
-    entries = [line for line in text.split("**Undecided, 16 cells**")[1].split("\n") if line]
+    entries = [line for line in text.split("**Undecided, 17 cells**")[1].split("\n") if line]
     assert entries[1].startswith("- mlp\\_train\\.default@cpu:") and entries[1].endswith(" → defer")
-    assert len(entries) == 1 + 10 + 1 and entries[-1] == "- and 6 more"
+    assert len(entries) == 1 + 10 + 1 and entries[-1] == "- and 7 more"
 
 
 def test_old_records_without_rounds_fall_back_to_the_message() -> None:

@@ -64,6 +64,8 @@ class Progress:
 
     def finished(self, cell_id: str, result: Mapping[str, Any], *, reused: bool = False) -> None:
         self.done_count += 1
+        # Never "[40/20]": work beyond the plan (a later look, a rerun) raises the count shown.
+        self.total = max(self.total, self.done_count)
         status = result["status"]
         if not reused and status != "skipped":
             self.executed += 1

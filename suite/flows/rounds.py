@@ -63,10 +63,14 @@ class Rounds:
                     self.progress.finished(label, doc, reused=reused)
             # A round kept on resume was settled when it ran: its reruns happened then.
             calm = not any(disturbed(d) for d in docs.values())
-            if calm or kept_again or repeats == DISTURBED_REPEATS:
+            # A side that did not run the cell gives no timing to protect: running it again
+            # shows the same failure, not a calmer round.
+            ran = all(d["status"] == "ok" for d in docs.values())
+            if calm or not ran or kept_again or repeats == DISTURBED_REPEATS:
                 break
             if self.progress is not None:
                 self.progress.note(f"{spec.cell_id} r{round_no} disturbed by another process")
+                self.progress.total += len(order)  # the rerun is work the count shows
             for role in order:
                 self.runs[role].set_aside(spec, round_no)
             repeats += 1

@@ -21,6 +21,7 @@ from suite.core.loaded import LoadedRun
 from suite.core.records import MatrixEvidence, Result
 from suite.core.results import utc_now
 from suite.core.validation import validate
+from suite.judge.missing import missing_gates
 from suite.judge.policy import Policy, decision_rank
 from suite.judge.registry import evaluate_cell
 from suite.judge.rules import apply_rules, overall
@@ -190,6 +191,10 @@ def decision_record(
     whatever the policy says of the untested cells, and those lines come first."""
     rows = apply_rules(policy, cells)
     decision, reasons = overall(rows, cells)
+    missing = missing_gates(policy, cells)
+    if missing and decision_rank(decision) < decision_rank("defer"):
+        decision = "defer"  # an adopt would claim gates that were never decided
+        reasons = [*missing, *reasons]
     if unreported:
         if decision_rank(decision) < decision_rank("defer"):
             decision = "defer"

@@ -55,9 +55,16 @@ def status_gate(
         # Neither pin can run it in this environment; which backend is tested is unaffected.
         return gate_result(gate, "unsupported", f"skipped on both pins: {cand_msg}", **numbers)
     if "skipped" in (base, cand):
+        # One side could not run it (a package its environment lacks, say): nothing is known
+        # of the candidate's torch here, either way.
         why = f": {cand_msg}" if cand_msg else ""
+        where = (
+            ""
+            if base == cand
+            else f" on the {'candidate' if cand == 'skipped' else 'baseline'} side"
+        )
         return gate_result(
-            gate, "untested", f"skipped (baseline {base}, candidate {cand}){why}", **numbers
+            gate, "untested", f"skipped{where} (baseline {base}, candidate {cand}){why}", **numbers
         )
     if base == "unsupported" and cand == "unsupported":
         return gate_result(gate, "unsupported", f"unsupported on both pins: {cand_msg}", **numbers)

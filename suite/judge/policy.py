@@ -45,6 +45,8 @@ class Gate:
     tolerances: dict[str, tuple[float, float]] | None = None
     relative_tolerance: dict[str, float] | None = None
     allow: bool = False  # fallback gate: ops that ran on the CPU are allowed
+    # True: no cell need decide it; gate names: no cell need decide it where one of those did.
+    may_be_missing: bool | tuple[str, ...] = False
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,7 @@ class GateDoc(TypedDict, total=False):
     relative_tolerance: dict[str, float] | None
     allow: bool
     tolerances: dict[str, list[float]] | None
+    may_be_missing: bool | list[str]
 
 
 class RuleDoc(TypedDict, total=False):
@@ -207,10 +210,15 @@ def _gate(name: str, raw: GateDoc) -> Gate:
         paths=tuple(raw.get("paths", ())),
         relative_tolerance=raw.get("relative_tolerance"),
         allow=bool(raw.get("allow", False)),
+        may_be_missing=_may_be_missing(raw.get("may_be_missing", False)),
         tolerances={k: (float(v[0]), float(v[1])) for k, v in tolerances.items()}
         if tolerances
         else None,
     )
+
+
+def _may_be_missing(raw: bool | list[str]) -> bool | tuple[str, ...]:
+    return raw if isinstance(raw, bool) else tuple(raw)
 
 
 def _rule(raw: RuleDoc) -> Rule:

@@ -43,7 +43,8 @@ class Inputs:
         """The cell's status verdict; correctness needs it even where the policy has no status
         gate, and then it is judged under the first gate's name, as before."""
         if self.status is None or gate.name == "status":
-            message = next((m for r in self.cand if (m := failure_message(r))), "")
+            # The candidate's failure, else the baseline's: a side that lacks a package says so.
+            message = next((m for r in (*self.cand, *self.base) if (m := failure_message(r))), "")
             message = message.splitlines()[0][:300] if message else ""
             dependency = bool(self.base and self.cand) and all(
                 failure_mode(r) == "dependency" for r in [*self.base, *self.cand]

@@ -125,8 +125,29 @@ def _lane_tables(decision: DecisionRecord) -> list[tuple[str, list[str]]]:
     return tables
 
 
+# Gates that neither passed nor failed in a cell that ran: listed, each with why.
+_UNDECIDED = frozenset({"inconclusive", "untested"})
+
+
 def _undecided_only(cell: Cell) -> bool:
-    return {g["verdict"] for g in cell["gates"]} & ATTENTION == {"inconclusive"}
+    """A cell whose only verdicts needing attention leave gates open: inconclusive, or untested
+    where the cell ran (a cell skipped on both sides is a backend absent here, told apart)."""
+    if _one_side_only(cell):
+        return False
+    ran = not cell.get("baseline_status") == cell.get("candidate_status") == "skipped"
+    found = {g["verdict"] for g in cell["gates"]} & (ATTENTION | (_UNDECIDED if ran else set()))
+    return bool(found) and found <= _UNDECIDED
+
+
+def _one_side_only(cell: Cell) -> bool:
+    """A cell that one side ran and the other could not (a package its environment lacks): its
+    status gate is untested, and its section says why in full."""
+    ran = {cell.get("baseline_status"), cell.get("candidate_status")}
+    return (
+        "ok" in ran
+        and len(ran) == 2
+        and any(g["gate"] == "status" and g["verdict"] == "untested" for g in cell["gates"])
+    )
 
 
 def _attention_cells(decision: DecisionRecord) -> list[Cell]:
@@ -134,7 +155,8 @@ def _attention_cells(decision: DecisionRecord) -> list[Cell]:
     cells = [
         c
         for c in decision["cells"]
-        if any(g["verdict"] in ATTENTION for g in c["gates"]) and not _undecided_only(c)
+        if (any(g["verdict"] in ATTENTION for g in c["gates"]) or _one_side_only(c))
+        and not _undecided_only(c)
     ]
 
     def key(cell: Cell) -> tuple[bool, int]:
@@ -162,11 +184,11 @@ def _undecided_tail(gate: GateRecord) -> str:
 
 
 def _holds(cell: Cell) -> str | None:
-    """The worst decision short of adopt that the cell's inconclusive gates led to, if any."""
+    """The worst decision short of adopt that the cell's undecided gates led to, if any."""
     held = [
         g["decision"]
         for g in cell["gates"]
-        if g["verdict"] == "inconclusive" and g.get("decision") not in (None, "adopt")
+        if g["verdict"] in _UNDECIDED and g.get("decision") not in (None, "adopt")
     ]
     return max(held, key=DECISIONS.index) if held else None
 
@@ -179,6 +201,9 @@ def _undecided_entry(cell: Cell) -> str:
         if gate["verdict"] == "inconclusive":
             change = "" if gate.get("change") is None else " " + format_change(gate["change"])
             groups.setdefault(_undecided_tail(gate), []).append(gate["gate"] + change)
+        elif gate["verdict"] == "untested":
+            tail = "untested: " + cap(gate["message"], _MESSAGE_LIMIT)
+            groups.setdefault(tail, []).append(gate["gate"])
     text = "; ".join(f"{', '.join(names)} ({tail})" for tail, names in groups.items())
     held = _holds(cell)
     return f"- {md(cell['cell_id'])}: {md(text + (f' → {held}' if held else ''))}"
@@ -196,7 +221,7 @@ def _undecided_block(decision: DecisionRecord) -> str | None:
         lines.append(f"- and {len(cells) - _UNDECIDED_LISTED} more")
     title = (
         f"**Undecided, {len(cells)} cell{'' if len(cells) == 1 else 's'}** — "
-        "inconclusive is their only verdict needing attention:"
+        "inconclusive or untested are their only verdicts needing attention:"
     )
     return title + "\n\n" + "\n".join(lines)
 

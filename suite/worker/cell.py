@@ -55,13 +55,34 @@ def lacks_torch_api(exc: BaseException) -> bool:
     return False
 
 
+def lacks_package(exc: BaseException) -> str | None:
+    """The package a workload imports that this side does not have: a module other than torch,
+    imported by the workload's own code (not by torch's: a torch whose own dependency is missing
+    is that torch's failure). The side's environment lacks it; no torch regressed."""
+    if not isinstance(exc, ModuleNotFoundError) or not exc.name:
+        return None
+    root = exc.name.split(".")[0]
+    if root == "torch":
+        return None
+    importer = ""
+    for frame, _ in traceback.walk_tb(exc.__traceback__):
+        if not frame.f_code.co_filename.startswith("<frozen importlib"):
+            importer = frame.f_code.co_filename
+    torch_dir = (
+        os.path.dirname(sys.modules["torch"].__file__ or "") if "torch" in sys.modules else ""
+    )
+    if torch_dir and importer.startswith(torch_dir + os.sep):
+        return None
+    return root
+
+
 def _classify(exc: BaseException) -> tuple[Status, FailureMode]:
     """(status, failure mode) for an exception raised by a workload."""
     import torch
 
     if isinstance(exc, (Unsupported, NotImplementedError)) or lacks_torch_api(exc):
         return "unsupported", "unsupported"
-    if isinstance(exc, Skip):
+    if isinstance(exc, Skip) or lacks_package(exc):
         return "skipped", "dependency"
     if isinstance(exc, (MemoryError, torch.OutOfMemoryError)):
         return "oom", "oom"
@@ -193,6 +214,11 @@ def _record_failure(doc: Result, exc: BaseException) -> None:
     message = str(exc) or type(exc).__name__
     if lacks_torch_api(exc):
         message = f"torch {torch.__version__} lacks what this cell uses: {message}"
+    elif package := lacks_package(exc):
+        message = (
+            f"this side lacks the package {package!r} that the workload imports ({message}): "
+            f"give the side its dependencies (--with REQ or --requirements FILE)"
+        )
     doc["status"] = status
     doc["failure"] = {
         "mode": mode,

@@ -1,0 +1,53 @@
+"""Gates the evidence never reached: an adopt says every gate that can stand in its way was
+decided. A gate of severity soft or above that the profile names, and that the matrix's cells
+have, but that no cell decided (every reading untested or inconclusive), is missing; the
+decision is then at least defer and says which, and why in each cell. A profile may let a gate be
+missing (`may_be_missing: true`), or be missing in the cells where other gates decided
+(`may_be_missing: [instructions]`: a CPU runner whose timings were disturbed, but whose
+instruction counts decided)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from suite.core.decision_records import Cell, GateRecord
+from suite.judge.policy import Policy
+
+# Verdicts that settle a gate: a change shown, or shown absent.
+SETTLED = frozenset({"pass", "improved", "fail", "fixed", "new-failure"})
+# Severities whose verdict can stand in the way of an adopt.
+BLOCKING = frozenset({"hard", "soft", "required", "budget"})
+SHOWN = 3
+
+
+def missing_gates(policy: Policy, cells: Sequence[Cell]) -> list[str]:
+    """One line per missing gate: in how many cells it went undecided, and the first few cells
+    with their gate's own reason."""
+    open_by_gate: dict[str, list[tuple[Cell, GateRecord]]] = {}
+    settled: set[str] = set()
+    for cell in cells:
+        if cell.get("baseline_status") == cell.get("candidate_status") == "skipped":
+            continue  # a backend or dependency absent here on both sides: nothing to judge
+        decided = {g["gate"] for g in cell["gates"] if g["verdict"] in SETTLED}
+        settled |= decided
+        for gate in cell["gates"]:
+            spec = policy.gates.get(gate["gate"])
+            if spec is None or spec.severity not in BLOCKING or spec.may_be_missing is True:
+                continue
+            if gate["verdict"] in ("untested", "inconclusive"):
+                stands_in = spec.may_be_missing or ()
+                if not decided & set(stands_in):
+                    open_by_gate.setdefault(gate["gate"], []).append((cell, gate))
+    lines = []
+    for name, opened in open_by_gate.items():
+        if name in settled:
+            continue  # decided somewhere: what it showed there stands, the rest is listed apart
+        shown = "; ".join(
+            f"{c['cell_id']}: {g['verdict']} — {g['message']}" for c, g in opened[:SHOWN]
+        )
+        more = f" (+{len(opened) - SHOWN} more)" if len(opened) > SHOWN else ""
+        lines.append(
+            f"{name} was decided in no cell ({len(opened)} undecided), and the profile does not "
+            f"let it be missing: {shown}{more}"
+        )
+    return lines
