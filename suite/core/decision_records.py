@@ -110,9 +110,22 @@ class Difference(TypedDict):
     candidate: Any
 
 
-class Comparable(TypedDict):
+class PackageDifference(TypedDict):
+    """A library the workloads imported at another version (or on one side only)."""
+
+    name: str
+    baseline: str | None
+    candidate: str | None
+    cells: int
+
+
+class _ComparableKeys(TypedDict):
     ok: bool
     differences: list[Difference]
+
+
+class Comparable(_ComparableKeys, total=False):
+    packages: list[PackageDifference]  # the workloads' libraries, where they differ
 
 
 class SideEvidence(TypedDict, total=False):

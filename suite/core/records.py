@@ -259,6 +259,7 @@ class Result(TypedDict, total=False):
     correctness: Correctness | None
     metrics: dict[str, Any]
     fallback: FallbackRecord | None
+    imports: dict[str, str]  # the workload's libraries: distribution -> version
     harness: HarnessRecord | None
     threads: ThreadsRecord | None
     image: ImageRecord | None

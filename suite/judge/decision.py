@@ -10,8 +10,10 @@ from typing import Any
 from suite.core.backends import backend_names
 from suite.core.decision_records import (
     Cell,
+    Comparable,
     DecisionRecord,
     Difference,
+    PackageDifference,
     Repro,
     RollbackRecord,
     SideEvidence,
@@ -22,6 +24,7 @@ from suite.core.records import MatrixEvidence, Result
 from suite.core.results import utc_now
 from suite.core.validation import validate
 from suite.judge.missing import missing_gates
+from suite.judge.packages import held_by_policy, package_differences, packages_line
 from suite.judge.policy import Policy, decision_rank
 from suite.judge.registry import evaluate_cell
 from suite.judge.rules import apply_rules, overall
@@ -169,6 +172,7 @@ def decision_of(
         differences=diffs,
         mismatches=_policy_mismatches(base, cand, policy),
         rollback=rollback,
+        packages=package_differences(base, cand),
     )
 
 
@@ -184,6 +188,7 @@ def decision_record(
     notes: Sequence[str] = (),
     rollback: RollbackRecord | None = None,
     unreported: Sequence[str] = (),
+    packages: Sequence[PackageDifference] = (),
 ) -> DecisionRecord:
     """decision.json, built here alone (compare, ab and aggregate): the policy's rules applied to
     the cells, the overall decision, and its reasons, then schema-checked. unreported: what was
@@ -201,8 +206,20 @@ def decision_record(
         reasons = [*unreported, *reasons]
     if differences:
         reasons.append(not_comparable(differences))
+    if packages:
+        held = held_by_policy(packages, policy.same_packages)
+        if held and decision_rank(decision) < decision_rank("defer"):
+            decision = "defer"
+        if held:
+            reasons.insert(
+                0, f"{', '.join(held)} must be the same on both sides (the profile's same_packages)"
+            )
+        reasons.append(packages_line(packages))
     reasons.extend(mismatches)
     reasons.extend(notes)
+    comparable: Comparable = {"ok": not differences, "differences": list(differences)}
+    if packages:
+        comparable["packages"] = list(packages)
     doc: DecisionRecord = {
         "kind": "torch-matrix/decision",
         "schema_version": 1,
@@ -213,7 +230,7 @@ def decision_record(
         "policy": {**policy.evidence(), "mismatches": list(mismatches)},
         "baseline": baseline,
         "candidate": candidate,
-        "comparable": {"ok": not differences, "differences": list(differences)},
+        "comparable": comparable,
         "rows": rows,
         "cells": cells,
     }

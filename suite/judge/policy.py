@@ -81,6 +81,9 @@ class Policy:
     rules: tuple[Rule, ...]
     isolatable: tuple[str, ...]
     design: Design
+    # Libraries (fnmatch on normalized names) that must be the same on both sides: a
+    # difference defers (suite/judge/packages.py).
+    same_packages: tuple[str, ...] = ()
 
     def is_isolatable(self, workload: str, backend: str) -> bool:
         row = f"{workload}@{backend}"
@@ -136,6 +139,7 @@ class ProfileDoc(TypedDict, total=False):
     fleet_backends: list[str]
     gates: dict[str, GateDoc]
     isolatable: list[str]
+    same_packages: list[str]
     rules: list[RuleDoc]
     statistics: StatisticsDoc
 
@@ -280,6 +284,7 @@ def load_policy(path: Path | None, profile: str | None) -> Policy:
         gates={g: _gate(g, r) for g, r in raw["gates"].items()},
         rules=tuple(_rule(r) for r in rules),
         isolatable=tuple(raw.get("isolatable", ())),
+        same_packages=tuple(raw.get("same_packages", ())),
         design=_design(stats, file, f"$.profiles.{name}.statistics"),
     )
 

@@ -25,6 +25,7 @@ from suite.core.spec import CellSpec
 from suite.worker.backends import Backend, get, mps_fallback_enabled
 from suite.worker.context import WorkerContext, fill_measurements, save_outputs, write_trace
 from suite.worker.counting import Counted, steps_to_count
+from suite.worker.envinfo import imported_distributions
 from suite.worker.measure import (
     timer_overhead_s,
 )
@@ -160,6 +161,7 @@ def _run_workload(
 
     ctx: WorkerContext | None = None
     caught: list[warnings.WarningMessage] = []
+    before = set(sys.modules)
     try:
         resolved = resolve(spec.ref)
         doc["source"] = resolved.source()
@@ -193,6 +195,7 @@ def _run_workload(
             # The other ranks may wait in a collective this rank will never join: leave now,
             # and torchrun stops them. The parent reads this part for the record.
             fail_rank(doc, ctx.rank_metrics if ctx is not None else {}, result_path)
+    doc["imports"] = imported_distributions(before)
     return ctx, caught
 
 

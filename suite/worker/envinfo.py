@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import socket
 import sys
 from typing import Any
@@ -34,6 +35,55 @@ def _package_versions() -> dict[str, str]:
         except PackageNotFoundError:
             continue
     return out
+
+
+def normalized(name: str) -> str:
+    """A distribution's name as PEP 503 compares them: Jinja2 and jinja2, typing_extensions
+    and typing-extensions are one."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def distributions() -> dict[str, str]:
+    """Every distribution installed where this interpreter looks, by normalized name: what a
+    workload may import beside torch (transformers, timm), whose version is the workload's."""
+    from importlib.metadata import distributions as installed
+
+    out: dict[str, str] = {}
+    for dist in installed():
+        name = dist.metadata["Name"]
+        if name and normalized(name) not in out:  # the first on sys.path is the one imported
+            out[normalized(name)] = dist.version
+    return dict(sorted(out.items()))
+
+
+def imported_distributions(before: set[str]) -> dict[str, str]:
+    """The distributions whose top-level modules were imported since BEFORE (a snapshot of
+    sys.modules), by normalized name: the libraries the workload used, whose versions are part
+    of what it measured. Modules of no distribution (the plugin's own file) are left out."""
+    from importlib.metadata import PackageNotFoundError, packages_distributions, version
+
+    tops = {name.split(".")[0] for name in set(sys.modules) - before}
+    owners = packages_distributions()
+    out: dict[str, str] = {}
+    for top in sorted(tops):
+        for dist in owners.get(top, []):
+            try:
+                out[normalized(dist)] = version(dist)
+            except PackageNotFoundError:
+                continue
+    return dict(sorted(out.items()))
+
+
+def torch_requires() -> list[str]:
+    """The distributions torch itself requires (its Requires-Dist names): they move with it."""
+    from importlib.metadata import PackageNotFoundError, requires
+
+    try:
+        found = requires("torch") or []
+    except PackageNotFoundError:
+        return []
+    names = {normalized(re.split(r"[\s;<>=!~\[(@]", req, maxsplit=1)[0]) for req in found}
+    return sorted(n for n in names if n)
 
 
 def torch_info() -> dict[str, Any]:
@@ -90,4 +140,6 @@ def environment() -> dict[str, Any]:
         "env_vars": relevant_env(),
         "image": image,
         "packages": _package_versions(),
+        "distributions": distributions(),
+        "torch_requires": torch_requires(),
     }
