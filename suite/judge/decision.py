@@ -197,7 +197,7 @@ def decision_record(
     rows = apply_rules(policy, cells)
     decision, reasons = overall(rows, cells)
     missing = missing_gates(policy, cells)
-    if missing and decision_rank(decision) < decision_rank("defer"):
+    if missing and decision == "adopt":
         decision = "defer"  # an adopt would claim gates that were never decided
         reasons = [*missing, *reasons]
     if unreported:
