@@ -260,6 +260,8 @@ class Result(TypedDict, total=False):
     metrics: dict[str, Any]
     fallback: FallbackRecord | None
     imports: dict[str, str]  # the workload's libraries: distribution -> version
+    loss_curve: dict[str, Any]  # ctx.loss_curve: values per step, an fp64 reference or None
+    model: dict[str, Any]  # ctx.model: class, parameter counts, config and its digest
     harness: HarnessRecord | None
     threads: ThreadsRecord | None
     image: ImageRecord | None

@@ -24,6 +24,7 @@ from suite.core.records import MatrixEvidence, Result
 from suite.core.results import utc_now
 from suite.core.validation import validate
 from suite.judge.missing import missing_gates
+from suite.judge.models import model_differences, models_line
 from suite.judge.packages import held_by_policy, package_differences, packages_line
 from suite.judge.policy import Policy, decision_rank
 from suite.judge.registry import evaluate_cell
@@ -173,6 +174,7 @@ def decision_of(
         mismatches=_policy_mismatches(base, cand, policy),
         rollback=rollback,
         packages=package_differences(base, cand),
+        notes=[models_line(m)] if (m := model_differences(base, cand)) else [],
     )
 
 

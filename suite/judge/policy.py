@@ -160,6 +160,7 @@ GATE_NEEDS: dict[str, tuple[str, ...]] = {
     "export": (),
     "determinism": (),
     "drift": (),
+    "convergence": ("threshold",),
     "rollback": (),
     "instructions": ("threshold",),
     "fallback": (),

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from suite.core.decision_records import GateRecord
+from suite.judge.convergence import convergence_gate
 from suite.judge.gates import (
     budget_gate,
     correctness_gate,
@@ -79,6 +80,7 @@ REGISTRY: dict[str, GateFn] = {
     "memory_budget": lambda gate, i: budget_gate(gate, i.cand),
     **{name: _metric(name) for name in METRIC_GATES},
     "drift": lambda gate, i: drift(gate, i.base, i.cand, i.dirs),
+    "convergence": lambda gate, i: convergence_gate(gate, i.base, i.cand),
     # The rollback gate is not judged per cell: suite/flows/rollback.py adds its own cells.
     "rollback": lambda gate, i: None,
     "instructions": lambda gate, i: instructions_gate(

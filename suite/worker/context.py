@@ -22,6 +22,7 @@ from suite.core.records import (
 from suite.core.spec import CellSpec
 from suite.worker.backends import Backend
 from suite.worker.counting import Counted, count_steps, steps_to_count
+from suite.worker.identity import finite_or_none, model_record
 from suite.worker.measure import (
     BUDGETS,
     FLOOR_SAMPLES,
@@ -67,6 +68,8 @@ class WorkerContext(CellContext):
         self.warnings: list[str] = []
         self.fallbacks: list[str] = []
         self.outputs: dict[str, torch.Tensor] = {}
+        self.curve: dict[str, Any] | None = None  # ctx.loss_curve
+        self.model_record: dict[str, Any] | None = None  # ctx.model
         self._scratch: Path | None = None
         self._torch = torch
 
@@ -161,6 +164,17 @@ class WorkerContext(CellContext):
         self, name: str, value: float | str | bool | None, unit: str | None = None
     ) -> None:
         self.rank_metrics[name] = {"value": value, "unit": unit}
+
+    def loss_curve(
+        self, values: Sequence[float], *, reference: Sequence[float] | None = None
+    ) -> None:
+        self.curve = {
+            "values": finite_or_none(values),
+            "reference": finite_or_none(reference) if reference is not None else None,
+        }
+
+    def model(self, module: torch.nn.Module, *, config: Any = None) -> None:
+        self.model_record = model_record(module, config)
 
     def save_outputs(self, tensors: Mapping[str, torch.Tensor]) -> None:
         for name, tensor in tensors.items():
@@ -268,6 +282,10 @@ def fill_measurements(doc: Result, ctx: WorkerContext) -> None:
     doc["correctness"] = _correctness(ctx.checks)
     doc["metrics"] = ctx.metrics
     doc["warnings"] = ctx.warnings
+    if ctx.curve is not None:
+        doc["loss_curve"] = ctx.curve
+    if ctx.model_record is not None:
+        doc["model"] = ctx.model_record
 
 
 _THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "KMP_AFFINITY")

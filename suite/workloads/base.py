@@ -140,6 +140,18 @@ class CellContext(ABC):
     def metric(self, name: str, value: float | str | bool | None, unit: str | None = None) -> None:
         """A number (or short text) of this cell, recorded under metrics."""
 
+    def loss_curve(
+        self, values: Sequence[float], *, reference: Sequence[float] | None = None
+    ) -> None:
+        """A training run's loss at each step, from a fixed seed: the convergence gate compares
+        it with the other pin's. `reference`, the same run in fp64, bounds both."""
+        raise NotImplementedError
+
+    def model(self, module: torch.nn.Module, *, config: Any = None) -> None:
+        """Name the model this cell runs: its class, parameter count and config (a dict, or an
+        object with to_dict(), e.g. a transformers config) go into the evidence."""
+        raise NotImplementedError
+
     @abstractmethod
     def save_outputs(self, tensors: Mapping[str, torch.Tensor]) -> None:
         """Keep outputs and gradients of a fixed-seed step, for drift between torch pins.
