@@ -102,7 +102,7 @@ def test_an_a_a_with_a_busy_process_in_rounds_2_to_6_reruns_them_and_fails_nothi
     policy = tmp_path / "policy.yaml"
     policy.write_text(POLICY)
     out = tmp_path / "ab"
-    code, stdout, err = cli(
+    code, stdout, _ = cli(
         "ab", "--candidate", "current", "--workload", PLUGIN, "--backend", "cpu",
         "--rounds", "8", "--no-traces", "--policy", str(policy), "--out", str(out),
         "--format", "json",
