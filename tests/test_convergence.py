@@ -138,3 +138,7 @@ def test_a_planted_optimizer_regression_fails_convergence_where_one_step_passes(
     ]
     assert len(doc["loss_curve"]["values"]) == 10 and doc["model"]["parameters"] == 676
     assert not any("the model differs" in r for r in decision["reasons"])  # same model
+    assert cell["model"]["parameters"] == 676 and len(cell["loss_curves"]["candidate"]) == 10
+    report = (out / "decision.md").read_text()
+    assert "Model: `torch.nn.modules.container.Sequential`, 676 parameters" in report
+    assert "Loss per step (10 steps):" in report

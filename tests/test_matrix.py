@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from suite.core.errors import InputError
-from suite.workloads.matrix import expand, load_matrix, select
+from suite.workloads.matrix import expand, load_matrix, select, select_cells
 from tests.helpers import cli, planted
 
 
@@ -110,3 +110,14 @@ def test_run_profile_still_works_with_a_warning(tmp_path: Path) -> None:
     )  # fmt: skip
     assert code == 0, stderr
     assert "run --profile smoke is deprecated for the problem size: use --size smoke" in stderr
+
+
+def test_a_cell_outside_the_default_sweep_can_be_named() -> None:
+    default = {c.cell_id for c in select_cells(None, ["sdpa"], ["cpu"], [], None)[1]}
+    wanted = "sdpa.causal.bf16.fwd_bwd.s256@cpu"  # fwd_bwd: a value sdpa declares, not swept
+    assert wanted not in default
+    _, cells, _ = select_cells(None, [], [], [wanted, "sdpa.causal.fp32.fwd.s256@cpu"], None)
+    assert [c.cell_id for c in cells] == [wanted, "sdpa.causal.fp32.fwd.s256@cpu"]
+    assert dict(cells[0].params)["pass"] == "fwd_bwd"
+    with pytest.raises(InputError, match="nor among the other values its workloads declare"):
+        select_cells(None, [], [], ["sdpa.causal.fp8.fwd.s256@cpu"], None)

@@ -112,3 +112,11 @@ def test_the_readme_example_policy_loads(tmp_path: Path) -> None:
     policy = load_policy(path, None)
     assert policy.profile == "serving" and policy.fleet_backends == ("cuda",)
     assert {"fallback", "rollback", "drift"} <= set(policy.gates)
+
+
+def test_the_reference_names_no_path_of_the_machine_that_wrote_it() -> None:
+    import sys
+
+    text = reference()
+    assert sys.executable not in text and str(Path.home()) + "/" not in text
+    assert "| `--python` TEXT | this interpreter |" in text

@@ -144,3 +144,24 @@ def test_shell_join_quotes_literals_and_leaves_placeholders_to_the_shell(tmp_pat
     assert words[0] == "-p" and words[1].startswith(f"{tmp_path}/c d/e/20")
     assert words[2:] == ["docker:sha256:" + "e" * 64, "it's"]
     assert json.dumps(shell.EXPANSIONS)  # every placeholder has its expression
+
+
+def test_the_ab_line_gives_venv_sides_their_extra_requirements_again(tmp_path: Path) -> None:
+    from suite.flows.repro import ab_line
+
+    def run(spec: str, extra: list[str]) -> Any:
+        return {
+            "ab": {"spec": spec, "with_requirements": extra}, "profile": "smoke",
+            "matrix": {"file": "<built-in default matrix>"}, "workloads": ["hf_model"],
+        }  # fmt: skip
+
+    sides = {
+        "baseline": (tmp_path / "baseline", run("torch==2.13.0", ["transformers==5.25.0"])),
+        "candidate": (tmp_path / "candidate", run("torch==2.14.1", ["transformers==5.25.0"])),
+    }
+    words = _words(ab_line(sides, "hf_model.llama.train.eager.b2h32@cpu", None), tmp_path)
+    assert words.count("--with") == 1 and _after(words, "--with") == "transformers==5.25.0"
+    # An image side holds what it was built with: ab refuses --with beside one.
+    sides["candidate"] = (tmp_path / "candidate", {**sides["candidate"][1], "image": _image(True)})
+    words = _words(ab_line(sides, "hf_model.llama.train.eager.b2h32@cpu", None), tmp_path)
+    assert "--with" not in words

@@ -103,3 +103,20 @@ def test_a_team_library_at_another_version_is_flagged_and_can_defer(tmp_path: Pa
     assert held["reasons"][0] == (
         "tm-team-lib must be the same on both sides (the profile's same_packages)"
     )
+
+
+def test_the_joined_decision_of_many_jobs_adds_up_their_library_differences() -> None:
+    from suite.flows.aggregate import _packages
+
+    def job(*found: tuple[str, str | None, str | None, int]) -> Any:
+        packages = [{"name": n, "baseline": b, "candidate": c, "cells": k} for n, b, c, k in found]
+        return {"comparable": {"ok": True, "differences": [], "packages": packages}}
+
+    joined = _packages(
+        [job(("transformers", "4.57.1", "4.58.0", 2)), job(("transformers", "4.57.1", "4.58.0", 3),
+         ("accelerate", None, "1.0", 1)), {"comparable": {"ok": True, "differences": []}}]
+    )  # fmt: skip
+    assert joined == [
+        {"name": "accelerate", "baseline": None, "candidate": "1.0", "cells": 1},
+        {"name": "transformers", "baseline": "4.57.1", "candidate": "4.58.0", "cells": 5},
+    ]

@@ -57,6 +57,8 @@ def _default(param: click.Option, context: click.Context) -> str:
         return "on" if value else "off"
     if not param.show_default or param.is_flag or callable(value):
         return ""
+    if isinstance(param.show_default, str):
+        return param.show_default  # what it stands for (this interpreter), never this machine's
     return f"`{value}`"
 
 

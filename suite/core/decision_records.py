@@ -88,6 +88,8 @@ class Cell(_CellFields, total=False):
 
     ops: list[OpChange]  # report/opdiff.py
     ops_warning: str
+    model: dict[str, Any]  # ctx.model, without its config (suite/judge/models.py)
+    loss_curves: dict[str, list[float | None] | None]  # ctx.loss_curve of each side
 
 
 class Row(TypedDict):

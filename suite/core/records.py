@@ -262,6 +262,7 @@ class Result(TypedDict, total=False):
     imports: dict[str, str]  # the workload's libraries: distribution -> version
     loss_curve: dict[str, Any]  # ctx.loss_curve: values per step, an fp64 reference or None
     model: dict[str, Any]  # ctx.model: class, parameter counts, config and its digest
+    exports: dict[str, dict[str, Any]]  # ctx.export_path: path -> ok, error, max_abs_error
     harness: HarnessRecord | None
     threads: ThreadsRecord | None
     image: ImageRecord | None

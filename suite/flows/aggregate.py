@@ -11,13 +11,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from suite.core.decision_records import DecisionRecord, RollbackRecord, SideEvidence
+from suite.core.decision_records import (
+    DecisionRecord,
+    PackageDifference,
+    RollbackRecord,
+    SideEvidence,
+)
 from suite.core.errors import InputError
 from suite.core.loaded import LoadedRun
 from suite.core.records import Role
 from suite.flows.accounting import PlannedJob, account, unplanned_jobs
 from suite.flows.compare import decide
-from suite.judge.decision import decision_record
+from suite.judge.decision import SHORTFALL, decision_record
+from suite.judge.models import MODELS_LINE
 from suite.judge.policy import Policy
 from suite.judge.rollback import judge_rollback
 
@@ -96,6 +102,9 @@ def aggregate(
     worst = max(rollbacks.values(), key=lambda r: r.get("duration_s", 0.0)) if rollbacks else None
     first = decisions[0] if decisions else None
     notes = [*notes, *_pairs_note(decisions, [job_name(j) for j in jobs])]
+    # What each job's decision said of its own sides: the libraries and models that differ,
+    # and fixed rounds that judged fewer, carried into the joined decision.
+    notes += [r for d in decisions for r in d["reasons"] if r.startswith(MODELS_LINE)]
     return decision_record(
         policy,
         [*(cell for d in decisions for cell in d["cells"]), *missing],
@@ -107,7 +116,24 @@ def aggregate(
         notes=notes,
         rollback={**worst, "jobs": rollbacks} if worst is not None else None,
         unreported=unreported,
+        packages=_packages(decisions),
+        lead=list(
+            dict.fromkeys(r for d in decisions for r in d["reasons"] if r.startswith(SHORTFALL))
+        ),
     )
+
+
+def _packages(decisions: Sequence[DecisionRecord]) -> list[PackageDifference]:
+    """Every job's library differences, the cells of one difference added up."""
+    found: dict[tuple[str, str | None, str | None], int] = {}
+    for d in decisions:
+        for p in d["comparable"].get("packages") or []:
+            key = (p["name"], p["baseline"], p["candidate"])
+            found[key] = found.get(key, 0) + p["cells"]
+    return [
+        {"name": n, "baseline": b, "candidate": c, "cells": k}
+        for (n, b, c), k in sorted(found.items(), key=lambda x: x[0][0])
+    ]
 
 
 def _side(decisions: Sequence[DecisionRecord], side: Role, planned: Planned | None) -> SideEvidence:

@@ -274,6 +274,14 @@ def ab_line(sides: Sides, cell_id: str, root: Path | None) -> str:
             argv += [f"--{role}-index-url", indexes["index_url"]]
         for url in indexes.get("extra_index_urls") or []:
             argv += [f"--{role}-extra-index-url", url]
+    if not any(a.startswith("docker:") for a in argv):  # an image holds what it was built with
+        extra = [
+            r
+            for _, run in sides.values()
+            for r in (run.get("ab") or {}).get("with_requirements") or []
+        ]
+        for requirement in dict.fromkeys(extra):
+            argv += ["--with", requirement]
     inputs, policy = _inputs(cand_run, cand_dir, root)
     argv += [*inputs, "--cell", cell_id, "--size", cand_run["profile"]]
     if policy:

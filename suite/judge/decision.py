@@ -21,10 +21,10 @@ from suite.core.decision_records import (
 from suite.core.errors import InputError
 from suite.core.loaded import LoadedRun
 from suite.core.records import MatrixEvidence, Result
-from suite.core.results import utc_now
+from suite.core.results import disturbed, utc_now
 from suite.core.validation import validate
 from suite.judge.missing import missing_gates
-from suite.judge.models import model_differences, models_line
+from suite.judge.models import add_identity, model_differences, models_line
 from suite.judge.packages import held_by_policy, package_differences, packages_line
 from suite.judge.policy import Policy, decision_rank
 from suite.judge.registry import evaluate_cell
@@ -98,6 +98,38 @@ def design_of(base: LoadedRun, cand: LoadedRun, policy: Policy) -> Design:
     return policy.design.fixed(max(1, rounds))
 
 
+SHORTFALL = "--rounds "  # how a line of rounds_shortfall begins
+
+
+def rounds_shortfall(base: LoadedRun, cand: LoadedRun, design: Design) -> list[str]:
+    """An A/B of fixed rounds (`--rounds N`) whose cells judged fewer: one line saying how many
+    cells, and the fewest rounds judged. A round that stayed disturbed is left out, and a cell
+    that failed or was skipped on a side has no rounds to judge."""
+    if len(design.looks) != 1 or not (base.run.get("ab") or {}).get("design"):
+        return []  # the policy's looks: rounds stop where the gates decided, by design
+    asked = design.looks[0]
+    judged = []
+    for cell_id in dict.fromkeys([*base.results, *cand.results]):
+        counts = [
+            sum(
+                1 for r in side.results.get(cell_id, []) if r["status"] == "ok" and not disturbed(r)
+            )
+            for side in (base, cand)
+        ]
+        if all(
+            r["status"] == "ok" for side in (base, cand) for r in side.results.get(cell_id, [])[:1]
+        ):
+            judged.append(min(counts))
+    short = [n for n in judged if n < asked]
+    if not short:
+        return []
+    return [
+        f"{SHORTFALL}{asked} asked for {asked} paired rounds; {len(short)} of {len(judged)} cells "
+        f"that ran judged fewer (as few as {min(short)}): a round that stayed disturbed by "
+        "another process, or failed, is left out"
+    ]
+
+
 def not_comparable(diffs: Sequence[Difference]) -> str:
     """The reason two sides' environments make their timings incomparable."""
     return "not comparable: " + ", ".join(dict.fromkeys(d["field"] for d in diffs)) + " differ"
@@ -132,21 +164,29 @@ def judge_cells(
         counts = (base.counts.get(cell_id, []), cand.counts.get(cell_id, []))
         gates = evaluate_cell(policy, b, c, comparable, design, counts, (base.dir, cand.dir))
         failing = {g["gate"] for g in gates if g["verdict"] in ("fail", "new-failure")}
-        cells.append(
-            {
-                "cell_id": cell_id,
-                "row_id": f"{spec['workload']}@{spec['backend']}",
-                "workload": spec["workload"],
-                "backend": spec["backend"],
-                "lane": spec["lane"],
-                "baseline_status": b[0]["status"] if b else None,
-                "candidate_status": c[0]["status"] if c else None,
-                "gates": gates,
-                "repro": reproduce(cell_id, c[0] if c else None, failing) if failing else None,
-                "artifacts": artifacts.get(cell_id, {}),
-            }
-        )
+        cell: Cell = {
+            "cell_id": cell_id,
+            "row_id": row_id_of(spec),
+            "workload": spec["workload"],
+            "backend": spec["backend"],
+            "lane": spec["lane"],
+            "baseline_status": b[0]["status"] if b else None,
+            "candidate_status": c[0]["status"] if c else None,
+            "gates": gates,
+            "repro": reproduce(cell_id, c[0] if c else None, failing) if failing else None,
+            "artifacts": artifacts.get(cell_id, {}),
+        }
+        add_identity(cell, b, c)
+        cells.append(cell)
     return cells
+
+
+def row_id_of(spec: Mapping[str, Any]) -> str:
+    """A cell's row: its workload on its backend, and its model where the workload takes one
+    (`model`), so that each model a workload runs is adopted or held back on its own."""
+    model = spec["params"].get("model")
+    name = f"{spec['workload']}.{model}" if model is not None else str(spec["workload"])
+    return f"{name}@{spec['backend']}"
 
 
 def decision_of(
@@ -175,6 +215,7 @@ def decision_of(
         rollback=rollback,
         packages=package_differences(base, cand),
         notes=[models_line(m)] if (m := model_differences(base, cand)) else [],
+        lead=rounds_shortfall(base, cand, design_of(base, cand, policy)),
     )
 
 
@@ -191,6 +232,7 @@ def decision_record(
     rollback: RollbackRecord | None = None,
     unreported: Sequence[str] = (),
     packages: Sequence[PackageDifference] = (),
+    lead: Sequence[str] = (),
 ) -> DecisionRecord:
     """decision.json, built here alone (compare, ab and aggregate): the policy's rules applied to
     the cells, the overall decision, and its reasons, then schema-checked. unreported: what was
@@ -219,6 +261,7 @@ def decision_record(
         reasons.append(packages_line(packages))
     reasons.extend(mismatches)
     reasons.extend(notes)
+    reasons[:0] = lead  # what the run could not do as asked, before what follows from it
     comparable: Comparable = {"ok": not differences, "differences": list(differences)}
     if packages:
         comparable["packages"] = list(packages)

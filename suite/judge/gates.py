@@ -163,6 +163,16 @@ def _ok(record: Record) -> bool:
     return _effective_status(record) == "ok"
 
 
+def cold_compile_s(record: Record) -> float | None:
+    """A cell's cold compile time: the compile workload's compile_cold_s, else the first call of
+    a step any workload measured with ctx.measure(..., compiled=True)."""
+    metric = (record.get("metrics") or {}).get("compile_cold_s") or {}
+    value = metric.get("value")
+    if not isinstance(value, (int, float)):
+        value = (record.get("timing") or {}).get("compile_s")
+    return float(value) if isinstance(value, (int, float)) else None
+
+
 def _round_value(record: Record, gate: str) -> float | None:
     """The process statistic a gate pairs across sides: worse is larger, except throughput. A
     round another process disturbed (still, after its repeats) has none: it is left out, not
@@ -170,9 +180,8 @@ def _round_value(record: Record, gate: str) -> float | None:
     if not _ok(record) or disturbed(record):
         return None
     if gate == "compile_time":
-        metric = (record.get("metrics") or {}).get("compile_cold_s") or {}
-        value = metric.get("value")
-        return float(value) if isinstance(value, (int, float)) and value > 0 else None
+        value = cold_compile_s(record)
+        return value if value is not None and value > 0 else None
     if gate == "throughput":
         rate = throughput_of(record)
         return rate if rate else None
@@ -206,6 +215,26 @@ def timing_verdict(
         return None
     assert gate.threshold is not None
     return sequential.judge(d, gate.threshold, design)
+
+
+def _unpaired(records: Sequence[Record], side: str) -> str | None:
+    """Why one side gave a timing gate no round: none ran, none ran ok, or every one stayed
+    disturbed by another process."""
+    if not records:
+        return (
+            f"no round ran on the {side} side (the time budget ran out first, or it never reported)"
+        )
+    statuses = sorted({str(r["status"]) for r in records if r["status"] != "ok"})
+    ok = [r for r in records if r["status"] == "ok"]
+    if not ok:
+        return f"the {side} side did not run ok ({', '.join(statuses)})"
+    if all(disturbed(r) for r in ok):
+        repeats = sum(int(r.get("disturbed_repeats") or 0) for r in ok)
+        return (
+            f"every round of the {side} side stayed disturbed by another process "
+            f"({len(ok)} round{'s' if len(ok) != 1 else ''}, rerun {repeats} times)"
+        )
+    return None
 
 
 def _disturbed_text(base: Sequence[Record], cand: Sequence[Record]) -> str:
@@ -248,11 +277,13 @@ def timing_gate(
     if (
         gate.name == "compile_time"
         and not b_values
-        and not any((r.get("metrics") or {}).get("compile_cold_s") for r in [*base, *cand])
+        and not any(cold_compile_s(r) for r in [*base, *cand])
     ):
         return None  # not a compile cell: the gate does not apply
     if not d:
-        return gate_result(gate, "untested", "no paired timing rounds on both sides")
+        said = [_unpaired(base, "baseline"), _unpaired(cand, "candidate")]
+        why = "; ".join(w for w in said if w) or "no round measured this on both sides at once"
+        return gate_result(gate, "untested", f"no paired timing rounds on both sides: {why}")
     if not comparable:
         return gate_result(
             gate, "not-comparable", "the two sides ran on different machines or images"

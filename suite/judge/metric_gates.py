@@ -1,6 +1,7 @@
 """Gates computed from workload metrics and saved outputs rather than timing.
 
-graph_breaks, recompiles (compile workload), export (export workload),
+graph_breaks, recompiles (any workload that records them: the compile workload, or ctx.explain
+and ctx.recompiles), export (the export workload, or any workload's ctx.export_path),
 determinism (determinism workload), drift (any workload that saves outputs) and fallback (MPS
 cells, and any cell whose workload says part of it ran on the CPU).
 """
@@ -12,6 +13,7 @@ from typing import Any
 
 from suite.core.decision_records import GateRecord
 from suite.core.records import Verdict
+from suite.judge.exports import plugin_exports
 from suite.judge.policy import Gate
 from suite.judge.saved_outputs import NotMeasurable, saved_drift
 from suite.judge.verdicts import NO_DIRS, Dirs, Record, failure_message, gate_result
@@ -66,7 +68,11 @@ def _counts(name: str, reasons: str) -> GateFn:
 
 
 def export(gate: Gate, base: Sequence[Record], cand: Sequence[Record]) -> GateRecord | None:
+    """The built-in export workload (a path per cell, its status the verdict), or any workload's
+    own export attempts (suite/judge/exports.py)."""
     records = cand or base
+    if any(r.get("exports") for r in [*base, *cand]):
+        return plugin_exports(gate, base, cand)
     if not records or records[0]["spec"]["workload"] != "export":
         return None
     path = str(records[0]["spec"]["params"].get("path"))

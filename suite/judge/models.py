@@ -1,4 +1,5 @@
-"""The model a cell runs, compared between the sides. A workload that names its model
+"""The model a cell runs, compared between the sides, and carried into its decision cell with
+its loss curves. A workload that names its model
 (`ctx.model(module, config=...)`) records its class, parameter count and config digest; when
 they differ between the pins for one cell (a library's default config that moved, a seed that
 builds another architecture), the cell measured two different models and the decision says so:
@@ -9,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from suite.core.decision_records import Cell
 from suite.core.loaded import LoadedRun
 
 SHOWN = 3
@@ -56,9 +58,33 @@ def model_differences(base: LoadedRun, cand: LoadedRun) -> list[str]:
     return out
 
 
+MODELS_LINE = "the model differs between the sides"
+
+
 def models_line(diffs: Sequence[str]) -> str:
     more = f" (+{len(diffs) - SHOWN} more)" if len(diffs) > SHOWN else ""
     return (
-        "the model differs between the sides — each pin measured another model, a changed "
-        f"workload, not only the pin: {'; '.join(diffs[:SHOWN])}{more}"
+        f"{MODELS_LINE} — each pin measured another model, a changed workload, not only the "
+        f"pin: {'; '.join(diffs[:SHOWN])}{more}"
     )
+
+
+def add_identity(
+    cell: Cell, base: Sequence[Mapping[str, Any]], cand: Sequence[Mapping[str, Any]]
+) -> None:
+    """The model a cell ran (the candidate's, else the baseline's, config left in the results) and
+    each side's loss curve, where the workload recorded them: for the cell's report section."""
+    model = _model(cand) or _model(base)
+    if model is not None:
+        cell["model"] = {k: v for k, v in model.items() if k != "config"}
+    curves = {role: _values(records) for role, records in (("baseline", base), ("candidate", cand))}
+    if any(v is not None for v in curves.values()):
+        cell["loss_curves"] = curves
+
+
+def _values(records: Sequence[Mapping[str, Any]]) -> list[float | None] | None:
+    for record in records:
+        curve = record.get("loss_curve")
+        if isinstance(curve, Mapping) and curve.get("values"):
+            return list(curve["values"])
+    return None

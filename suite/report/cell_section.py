@@ -79,7 +79,8 @@ def cell_section(cell: Cell, run_url: str | None = None) -> str:
         *(_gate_line(g) for g in cell["gates"]),
     ]
     # The blank line after <summary> ends the HTML block, so what follows is Markdown.
-    parts = [f"<details><summary>{summary}</summary>", status, "\n".join(table)]
+    parts = [f"<details><summary>{summary}</summary>", status, *_model_parts(cell)]
+    parts += ["\n".join(table), *_curve_parts(cell)]
     parts += _moved_parts(cell)
     if cell.get("ops"):
         parts += ["Where the time went (5 profiled steps per side, self time):"]
@@ -93,6 +94,53 @@ def cell_section(cell: Cell, run_url: str | None = None) -> str:
         parts += ["Artifacts:", "\n".join(listing)]
     parts.append("</details>")
     return "\n\n".join(parts)
+
+
+def _model_parts(cell: Cell) -> list[str]:
+    """The model the cell ran, as its workload named it (ctx.model)."""
+    model = cell.get("model")
+    if not model:
+        return []
+    text = f"Model: {code_span(str(model.get('class', NONE)))}"
+    if isinstance(model.get("parameters"), int):
+        text += f", {model['parameters']:,} parameters"
+        trainable = model.get("trainable_parameters")
+        if isinstance(trainable, int) and trainable != model["parameters"]:
+            text += f" ({trainable:,} trainable)"
+    if model.get("dtypes"):
+        text += f", {md('/'.join(model['dtypes']))}"
+    if model.get("config_sha256"):
+        text += f", config {code_span(str(model['config_sha256'])[:12])}"
+    return [text]
+
+
+CURVE_ROWS = 10  # steps shown of a loss curve: evenly spaced, the first and the last among them
+
+
+def _loss(value: float | None) -> str:
+    return "NaN/inf" if value is None else f"{value:.6g}"
+
+
+def _curve_parts(cell: Cell) -> list[str]:
+    """Each side's loss per step (ctx.loss_curve), as a small table: the convergence gate's
+    figures at a glance."""
+    curves = cell.get("loss_curves") or {}
+    base, cand = curves.get("baseline") or [], curves.get("candidate") or []
+    steps = max(len(base), len(cand))
+    if not steps:
+        return []
+    shown = sorted({round(i * (steps - 1) / max(1, CURVE_ROWS - 1)) for i in range(CURVE_ROWS)})
+    shown = [i for i in shown if i < steps]
+    rows = [
+        table_line(["Step", "Baseline loss", "Candidate loss", "Change"]),
+        table_line(["---"] * 4),
+    ]
+    for i in shown:
+        b = base[i] if i < len(base) else None
+        c = cand[i] if i < len(cand) else None
+        change = (c - b) / abs(b) if b is not None and c is not None and b != 0 else None
+        rows.append(table_line([str(i), _loss(b), _loss(c), format_change(change)]))
+    return [f"Loss per step ({steps} steps):", "\n".join(rows)]
 
 
 def _moved_parts(cell: Cell) -> list[str]:

@@ -33,7 +33,7 @@ from suite.worker.measure import (
 )
 from suite.worker.memory import MemoryTracker
 from suite.worker.ranks import rank_env
-from suite.workloads.base import CellContext, ParamValue
+from suite.workloads.base import CellContext, ExportAttempt, ParamValue
 
 if TYPE_CHECKING:
     import torch
@@ -70,6 +70,7 @@ class WorkerContext(CellContext):
         self.outputs: dict[str, torch.Tensor] = {}
         self.curve: dict[str, Any] | None = None  # ctx.loss_curve
         self.model_record: dict[str, Any] | None = None  # ctx.model
+        self.exports: dict[str, dict[str, Any]] = {}  # ctx.export_path, by path
         self._scratch: Path | None = None
         self._torch = torch
 
@@ -175,6 +176,14 @@ class WorkerContext(CellContext):
 
     def model(self, module: torch.nn.Module, *, config: Any = None) -> None:
         self.model_record = model_record(module, config)
+
+    def exported(self, attempt: ExportAttempt) -> None:
+        error = attempt.max_abs_error
+        self.exports[attempt.path] = {
+            "ok": attempt.ok,
+            "error": attempt.error,
+            "max_abs_error": float(error) if error is not None else None,
+        }
 
     def save_outputs(self, tensors: Mapping[str, torch.Tensor]) -> None:
         for name, tensor in tensors.items():
@@ -286,6 +295,8 @@ def fill_measurements(doc: Result, ctx: WorkerContext) -> None:
         doc["loss_curve"] = ctx.curve
     if ctx.model_record is not None:
         doc["model"] = ctx.model_record
+    if ctx.exports:
+        doc["exports"] = ctx.exports
 
 
 _THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "KMP_AFFINITY")

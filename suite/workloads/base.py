@@ -10,7 +10,8 @@ Workload modules import torch inside methods, so that planning a run does not ne
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -24,6 +25,26 @@ if TYPE_CHECKING:
 
 
 DTYPES = ("fp32", "bf16", "fp16", "fp64")
+REASONS_CAP = 2000  # characters of joined graph-break or recompile reasons kept in a record
+# Export paths by the names the export gate's policy `paths` use.
+EXPORT_PATHS = ("torch_export", "onnx", "aoti")
+
+
+def joined_reasons(reasons: Iterable[str]) -> str:
+    """Distinct reasons in first-seen order, each on one line, joined and capped for the record."""
+    text = " | ".join(dict.fromkeys(" ".join(r.split()) for r in reasons if r.strip()))
+    return text if len(text) <= REASONS_CAP else text[: REASONS_CAP - 3] + "..."
+
+
+@dataclass
+class ExportAttempt:
+    """One export path a workload tried (CellContext.export_path): set max_abs_error to the
+    exported program's largest difference from eager on the same input, when it ran."""
+
+    path: str
+    ok: bool = False
+    error: str | None = None
+    max_abs_error: float | None = None
 
 
 class Unsupported(Exception):
@@ -150,6 +171,44 @@ class CellContext(ABC):
     def model(self, module: torch.nn.Module, *, config: Any = None) -> None:
         """Name the model this cell runs: its class, parameter count and config (a dict, or an
         object with to_dict(), e.g. a transformers config) go into the evidence."""
+        raise NotImplementedError
+
+    def explain(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """torch._dynamo.explain of fn(*args, **kwargs): its graph breaks and their reasons are
+        recorded (metrics graph_breaks, graph_count, graph_break_reasons) for the graph_breaks
+        gate, as the built-in compile workload records them. Returns the explanation."""
+        import torch
+
+        explained = torch._dynamo.explain(fn)(*args, **kwargs)
+        self.metric("graph_breaks", int(explained.graph_break_count))
+        self.metric("graph_count", int(explained.graph_count))
+        self.metric(
+            "graph_break_reasons", joined_reasons(str(r.reason) for r in explained.break_reasons)
+        )
+        return explained
+
+    def recompiles(self, count: int, reasons: Iterable[str] = ()) -> None:
+        """Recompilations the workload counted (e.g. over several input shapes), with the guard
+        failures that caused them: the recompiles gate reads them."""
+        self.metric("recompiles", int(count))
+        self.metric("recompile_reasons", joined_reasons(reasons))
+
+    @contextmanager
+    def export_path(self, path: str) -> Iterator[ExportAttempt]:
+        """Try one export path of the cell's model (torch_export, onnx, aoti, or a name of the
+        workload's own): an exception inside the block is recorded as that path failing, and
+        the cell goes on. The export gate compares each path between the pins."""
+        attempt = ExportAttempt(path)
+        try:
+            yield attempt
+        except Exception as exc:
+            attempt.error = f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:600]
+        else:
+            attempt.ok = True
+        self.exported(attempt)
+
+    def exported(self, attempt: ExportAttempt) -> None:
+        """Record an export attempt (export_path calls this)."""
         raise NotImplementedError
 
     @abstractmethod

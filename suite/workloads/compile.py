@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from suite.workloads import _block
@@ -32,7 +32,6 @@ if TYPE_CHECKING:
 Model = Callable[["torch.Tensor"], "torch.Tensor"]
 
 CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
-REASONS_CAP = 2000
 SEQ_DIM = 1
 
 
@@ -73,12 +72,6 @@ def _first_call_s(fn: Model, x: torch.Tensor, sync: Callable[[], None]) -> float
         fn(x)
         sync()
     return time.perf_counter() - start
-
-
-def _joined(reasons: Iterable[str]) -> str:
-    """Distinct reasons in first-seen order, each on one line, joined and capped for the record."""
-    text = " | ".join(dict.fromkeys(" ".join(r.split()) for r in reasons if r.strip()))
-    return text if len(text) <= REASONS_CAP else text[: REASONS_CAP - 3] + "..."
 
 
 def _fresh_cache_dir() -> tuple[str, bool]:
@@ -262,10 +255,7 @@ class Compile(_block.BlockModels, Workload):
             ctx.warn(error)
 
         with torch.no_grad():
-            explained = torch._dynamo.explain(model)(inputs[seqs[0]])
-        ctx.metric("graph_breaks", int(explained.graph_break_count))
-        ctx.metric("graph_count", int(explained.graph_count))
-        ctx.metric("graph_break_reasons", _joined(str(r.reason) for r in explained.break_reasons))
+            ctx.explain(model, inputs[seqs[0]])  # graph_breaks, graph_count and their reasons
 
         # A clean dynamo state, so that only this sweep's graphs and guard failures are counted;
         # the on-disk cache stays warm, which spares recompiling the first length.
@@ -281,8 +271,7 @@ class Compile(_block.BlockModels, Workload):
         ctx.metric("seq_lengths", ",".join(str(s) for s in seqs))
         ctx.metric("unique_graphs", unique)
         # Graphs compiled for later lengths; equals unique_graphs - 1 for a model with no breaks.
-        ctx.metric("recompiles", unique - first)
-        ctx.metric("recompile_reasons", _joined(r for rs in guard_failures.values() for r in rs))
+        ctx.recompiles(unique - first, (r for rs in guard_failures.values() for r in rs))
 
         x = inputs[measure_seq]
         batch = int(size["batch"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,9 @@ class Matrix:
     # Backend -> the environment whose torch its jobs install (`pins` names them: a Dockerfile,
     # a Dockerfile's stage, a folder's pin files): `pin-source:` in the file.
     pin_sources: dict[str, str] = field(default_factory=dict)
+    # Packages the workloads need beside torch (transformers==5.25.0): installed into every
+    # venv side as --with is; an image side must be built with them (`requirements:`).
+    requirements: tuple[str, ...] = ()
 
     def evidence(self) -> MatrixEvidence:
         return {"file": self.file, "sha256": self.sha256, "name": self.name}
@@ -100,6 +103,7 @@ def _from_doc(doc: Any, file: str, sha256: str) -> Matrix:
         entries=entries,
         runners={k: list(v) for k, v in doc.get("runners", {}).items()},
         pin_sources={str(k): str(v) for k, v in doc.get("pin-source", {}).items()},
+        requirements=tuple(str(r) for r in doc.get("requirements", ())),
     )
 
 
@@ -141,6 +145,7 @@ def select(
         entries=entries,
         runners=matrix.runners,
         pin_sources=matrix.pin_sources,
+        requirements=matrix.requirements,
     )
 
 
@@ -224,15 +229,36 @@ def select_cells(
     matrix = select(load_matrix(matrix_file), workloads, backends, size)
     cells, resolved = expand(matrix)
     if cell_ids:
-        known = {c.cell_id for c in cells}
-        missing = [c for c in cell_ids if c not in known]
-        if missing:
-            raise InputError(
-                f"no cell {missing[0]!r} in this matrix", file=matrix.file, option="--cell"
-            )
-        cells = [c for c in cells if c.cell_id in set(cell_ids)]
+        cells = _named(matrix, cells, resolved, cell_ids)
     if not cells:
         raise InputError(
             "the matrix selects no cells (check --workload and --backend)", file=matrix.file
         )
     return matrix, cells, resolved
+
+
+def _named(
+    matrix: Matrix, cells: list[CellSpec], resolved: dict[str, Resolved], cell_ids: Sequence[str]
+) -> list[CellSpec]:
+    """The cells --cell names: from the matrix's sweep, or, for a value outside it (a dtype the
+    matrix does not sweep), from every value its workloads declare, on the same backends."""
+    known = {c.cell_id: c for c in cells}
+    if any(c not in known for c in cell_ids):
+        wide = replace(
+            matrix,
+            entries=[
+                replace(e, grid={p.name: list(p.values) for p in resolved[e.ref].workload.params})
+                for e in matrix.entries
+            ],
+        )
+        known = {c.cell_id: c for c in expand(wide)[0]} | known
+    missing = [c for c in cell_ids if c not in known]
+    if missing:
+        raise InputError(
+            f"no cell {missing[0]!r} in this matrix, nor among the other values its workloads "
+            "declare (a cell id is the workload, its parameter values in order and its size, "
+            "then @backend: sdpa.causal.bf16.fwd.s256@cpu)",
+            file=matrix.file,
+            option="--cell",
+        )
+    return [known[c] for c in dict.fromkeys(cell_ids)]
