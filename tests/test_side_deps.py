@@ -197,3 +197,68 @@ def test_a_sides_run_record_names_its_extra_requirements_masked() -> None:
     assert ab["with_requirements"] == ["tabulate", PRIVATE.replace(f"ci:{TOKEN}", "***")]
     plain = PreparedSide("current", "current", sys.executable, 0.0, "current")
     assert "with_requirements" not in _side_extra("baseline", plain, policy, {}, design)["ab"]
+
+
+def _matrix_with(tmp_path: Path, *requirements: str) -> Path:
+    matrix = tmp_path / "models.yaml"
+    listed = ", ".join(f'"{r}"' for r in requirements)
+    matrix.write_text(
+        f"version: 1\nname: models\nbackends: [cpu]\nrequirements: [{listed}]\n"
+        "workloads:\n  - workload: sdpa\n"
+    )
+    return matrix
+
+
+def test_the_matrixs_requirements_are_checked_by_file_and_entry_before_anything_runs(
+    tmp_path: Path,
+) -> None:
+    runner = CliRunner()
+    bad = _matrix_with(tmp_path, "numpy", "torch==2.14.1")
+    out = tmp_path / "out"
+    result = runner.invoke(
+        main, ["ab", "--candidate", "current", "--matrix", str(bad), "--out", str(out)],
+        catch_exceptions=False,
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert f"{bad}: requirements[1]: 'torch==2.14.1' names torch itself" in result.stderr
+    # A side that lacks what the matrix needs is refused up front, naming the package.
+    lacking = _matrix_with(tmp_path, "zzz-no-such-dist>=1")
+    result = runner.invoke(
+        main, ["ab", "--candidate", "current", "--matrix", str(lacking), "--out", str(out)],
+        catch_exceptions=False,
+    )  # fmt: skip
+    assert result.exit_code != 0 and "zzz-no-such-dist is not installed" in result.stderr
+    assert not out.exists()
+
+
+def test_the_matrixs_requirements_go_to_every_side_that_takes_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from suite.cli.ab import _prepare
+    from suite.execute.indexes import Indexes
+
+    given: dict[str, tuple[str, ...]] = {}
+
+    def prepared(spec: str, role: str, **kw: Any) -> Any:
+        given[role] = tuple(kw["with_requirements"])
+        return role
+
+    monkeypatch.setattr(sides, "prepare", prepared)
+    none = {"baseline": Indexes(), "candidate": Indexes()}
+    _prepare("torch==2.13.0", "docker:team/models:2.14.1", tmp_path, none, (), ("transformers",))
+    # An image holds what it was built with (image build --matrix adds them); a venv installs them.
+    assert given == {"baseline": ("transformers",), "candidate": ()}
+    _prepare("current", "torch==2.14.1", tmp_path, none, ("numpy",), ("transformers", "numpy"))
+    assert given == {"baseline": ("numpy", "transformers"), "candidate": ("numpy", "transformers")}
+
+
+def test_a_resumed_ab_does_not_count_the_matrixs_requirements_as_with(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import suite.flows.ab as ab
+    from suite.flows.ab import recorded_requirements
+
+    run = {"ab": {"with_requirements": ["numpy", "transformers"]}}
+    monkeypatch.setattr(ab, "read_run", lambda path: run)
+    assert recorded_requirements(tmp_path, ["numpy"], ["transformers"]) == ("numpy",)
+    assert recorded_requirements(tmp_path, [], ["transformers"]) == ("numpy",)

@@ -109,6 +109,7 @@ def ab(
     """Run the same cells on a baseline and a candidate torch, interleaved, and decide."""
     from suite.core.results import new_run_id
     from suite.execute.progress import Progress
+    from suite.execute.side_deps import matrix_requirements
     from suite.flows.ab import AbOptions, design_for, run_ab
     from suite.judge.policy import load_policy
 
@@ -118,13 +119,14 @@ def ab(
         warn_below_resolution(calibration_file, cells, lambda: policy)
         baseline, candidate = _sides(baseline, candidate, out, resume)
         with_requirements = extra.read()
+        needs = matrix_requirements(matrix.requirements, matrix.file)
         if resume and out is not None:
             from suite.flows.ab import recorded_requirements
 
-            with_requirements = recorded_requirements(out, with_requirements)
+            with_requirements = recorded_requirements(out, with_requirements, needs)
         out = out or Path("torch-matrix-runs") / f"ab-{new_run_id()}"
         fresh_out(out, resume=resume, holds=("baseline/run.json", "candidate/run.json"))
-        base_side, cand_side = _prepare(baseline, candidate, out, indexes, with_requirements)
+        base_side, cand_side = _prepare(baseline, candidate, out, indexes, with_requirements, needs)
         design = design_for(policy, rounds)
         looks = ", ".join(str(n) for n in design.looks)
         budget = f", budget {design.budget_s:g}s" if design.budget_s is not None else ""
@@ -174,8 +176,11 @@ def _prepare(
     out: Path,
     indexes: dict[str, Indexes],
     with_requirements: tuple[str, ...],
+    needs: tuple[str, ...] = (),
 ) -> tuple[PreparedSide, PreparedSide]:
-    from suite.execute.sides import admitted, prepare
+    """Both sides, ready: each with --with's requirements and the matrix's (an image side takes
+    the matrix's as built; --with it refuses)."""
+    from suite.execute.sides import admitted, prepare, takes_extra
 
     admitted(baseline, "baseline", with_requirements)  # neither prepared if one cannot take them
     admitted(candidate, "candidate", with_requirements)
@@ -183,9 +188,10 @@ def _prepare(
     prepared = []
     for role, spec in (("baseline", baseline), ("candidate", candidate)):
         click.echo(f"preparing {role} {redact_text(spec)} …", err=True)
-        prepared.append(
-            prepare(spec, role, log=log, indexes=indexes[role], with_requirements=with_requirements)
+        reqs = with_requirements + tuple(
+            r for r in needs if takes_extra(spec, role) and r not in with_requirements
         )
+        prepared.append(prepare(spec, role, log=log, indexes=indexes[role], with_requirements=reqs))
     return prepared[0], prepared[1]
 
 
@@ -247,7 +253,8 @@ def calibrate(
     from suite.core.records import FAILED_STATUSES
     from suite.core.results import new_run_id
     from suite.execute.progress import Progress
-    from suite.execute.sides import prepare
+    from suite.execute.side_deps import matrix_requirements
+    from suite.execute.sides import prepare, takes_extra
     from suite.flows.calibrate import CalibrateOptions, check_out, run_calibration
     from suite.judge.policy import load_policy
     from suite.report.calibration import render_calibration
@@ -255,6 +262,11 @@ def calibrate(
     policy = load_policy(policy_file, policy_profile)
     matrix, cells, resolved = chosen.select()
     with_requirements = extra.read()
+    with_requirements += tuple(
+        r
+        for r in matrix_requirements(matrix.requirements, matrix.file)
+        if takes_extra(side, "side") and r not in with_requirements
+    )
     check_out(out, force)
     runs = runs or Path("torch-matrix-runs") / f"calibrate-{new_run_id()}"
     fresh_out(runs)

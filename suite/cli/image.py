@@ -63,6 +63,13 @@ def image() -> None:
     help="A package the pin moves with torch (torchvision==0.24.1); repeatable.",
 )
 @click.option(
+    "--matrix",
+    "matrix_file",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help="A matrix file whose `requirements:` (the workloads' own packages) the image holds "
+    "too, as --with gives them.",
+)
+@click.option(
     "--wheel-dir",
     type=click.Path(path_type=Path, file_okay=False, exists=True),
     help="Install everything from these wheels, with no index (offline runners).",
@@ -117,6 +124,7 @@ def build(
     index_url: str | None,
     extra_index_urls: Sequence[str],
     companions: Sequence[str],
+    matrix_file: Path | None,
     wheel_dir: Path | None,
     registry: str | None,
     context: Path | None,
@@ -149,7 +157,7 @@ def build(
         from_base=torch_from_base,
         base=base,
         indexes=Indexes(index_url or None, tuple(u for u in extra_index_urls if u)),
-        companions=tuple(c for c in companions if c),
+        companions=_with_matrix(tuple(c for c in companions if c), matrix_file),
         wheel_dir=str(wheel_dir) if wheel_dir else None,
     )
     recipe.indexes.expanded()  # a missing ${VAR} or a masked credential fails before the build
@@ -167,6 +175,18 @@ def build(
         f"building the {backend} image of torch {torch_version} (log: {options.log}) …", err=True
     )
     _report(build_image(recipe, options), record)
+
+
+def _with_matrix(companions: tuple[str, ...], matrix_file: Path | None) -> tuple[str, ...]:
+    """--with's packages, then the matrix's `requirements:` not already among them."""
+    if matrix_file is None:
+        return companions
+    from suite.execute.side_deps import matrix_requirements
+    from suite.workloads.matrix import load_matrix
+
+    matrix = load_matrix(matrix_file)
+    needs = matrix_requirements(matrix.requirements, matrix.file)
+    return companions + tuple(r for r in needs if r not in companions)
 
 
 def _report(built: Built, record: Path | None) -> None:

@@ -60,7 +60,9 @@ sys.stdout.write("\\n" + json.dumps({"failed": failed, "versions": versions, "ma
 """
 
 
-def parse_requirement(text: str, *, option: str | None = None, file: str | None = None) -> str:
+def parse_requirement(
+    text: str, *, option: str | None = None, file: str | None = None, path: str | None = None
+) -> str:
     """The requirement, stripped, once it parses and does not name torch (the side names
     torch); an InputError naming where it came from otherwise."""
     text = text.strip()
@@ -71,6 +73,7 @@ def parse_requirement(text: str, *, option: str | None = None, file: str | None 
             f"{redact_text(text)!r} is not a requirement (NAME, NAME==X.Y, NAME @ URL): {exc}",
             option=option,
             file=file,
+            path=path,
         ) from None
     if canonicalize_name(req.name) == "torch":
         raise InputError(
@@ -78,6 +81,7 @@ def parse_requirement(text: str, *, option: str | None = None, file: str | None 
             "--candidate), not an extra requirement",
             option=option,
             file=file,
+            path=path,
         )
     return text
 
@@ -202,3 +206,11 @@ def resumed(recorded: Sequence[str], given: Sequence[str]) -> tuple[str, ...]:
             option="--with",
         )
     return tuple(given) or tuple(recorded)
+
+
+def matrix_requirements(requirements: Sequence[str], file: str) -> tuple[str, ...]:
+    """The matrix's `requirements:`, each parsed: an InputError names the file and entry."""
+    return tuple(
+        parse_requirement(r, file=file, path=f"requirements[{i}]")
+        for i, r in enumerate(requirements)
+    )

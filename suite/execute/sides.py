@@ -201,6 +201,11 @@ def prepare(
     return kind.prepare(spec, role, log, indexes or Indexes(), extra)
 
 
+def takes_extra(spec: str, role: str) -> bool:
+    """Whether this kind of side installs or checks extra requirements (an image does not)."""
+    return _kind(spec, role).takes_extra
+
+
 def admitted(spec: str, role: str, with_requirements: Sequence[str]) -> tuple[str, ...]:
     """The extra requirements, parsed, where this kind of side can take them; an InputError
     naming --with where it cannot (an image is what it was built with: nothing is installed into

@@ -124,10 +124,14 @@ def recorded_sides(out: Path, baseline: str, candidate: str | None) -> tuple[str
     return specs["baseline"], specs["candidate"]
 
 
-def recorded_requirements(out: Path, given: Sequence[str]) -> tuple[str, ...]:
-    """The extra requirements (--with) the A/B in `out` prepared its sides with."""
+def recorded_requirements(
+    out: Path, given: Sequence[str], matrix: Sequence[str] = ()
+) -> tuple[str, ...]:
+    """The extra requirements (--with) the A/B in `out` prepared its sides with, beside the
+    matrix's own `requirements:` (which the matrix, the same on a resume, brings again)."""
     ab = read_run(out / "baseline" / "run.json").get("ab") or {}
-    return resumed(ab.get("with_requirements") or [], given)
+    recorded = [r for r in ab.get("with_requirements") or [] if r not in matrix]
+    return resumed(recorded, given)
 
 
 def run_ab(

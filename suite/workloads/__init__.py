@@ -47,6 +47,7 @@ BUILTINS: dict[str, str] = {
     "fsdp2": "suite.workloads.fsdp2:Fsdp2",
     "checkpoint": "suite.workloads.checkpoint:Checkpoint",
     "cutedsl": "suite.workloads.cutedsl:CuteDslAdd",
+    "hf_model": "suite.workloads.hf_model:HfModel",
 }
 
 
