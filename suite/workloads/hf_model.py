@@ -58,10 +58,12 @@ def _config(arch: str, size: Mapping[str, Any], attention: str) -> Any:
             vocab_size=VOCAB, d_model=h, d_kv=h // heads, d_ff=2 * h, num_layers=layers,
             num_heads=heads, use_cache=False, **common,
         )  # fmt: skip
-    return tf.ViTConfig(
-        image_size=size["image"], patch_size=size["patch"], hidden_size=h, num_labels=10,
+    vit = tf.ViTConfig(
+        image_size=size["image"], patch_size=size["patch"], hidden_size=h,
         num_hidden_layers=layers, num_attention_heads=heads, intermediate_size=2 * h, **common,
     )  # fmt: skip
+    vit.num_labels = 10
+    return vit
 
 
 _HEADS = {
