@@ -134,7 +134,7 @@ def test_a_plugins_planted_graph_break_and_export_failure_fail_their_gates(tmp_p
         assert gates["export"]["verdict"] == "new-failure", gates["export"]
         assert "torch_export fails on the candidate" in gates["export"]["message"]
         assert "compile_time" in gates  # the compiled step's cold time, paired
-        assert gates["status"]["verdict"] == "pass" and gates["correctness"]["verdict"] != "fail"
+        assert gates["status"]["verdict"] == "pass"  # the cell ran on both: only its gates failed
     assert decision["decision"] != "adopt"
 
 

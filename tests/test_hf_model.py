@@ -65,12 +65,15 @@ def test_hf_model_runs_its_cells_on_both_pins_and_decides(tmp_path: Path) -> Non
     for cell_id, cell in cells.items():
         assert (cell["baseline_status"], cell["candidate_status"]) == ("ok", "ok"), cell
         gates = {g["gate"]: g for g in cell["gates"]}
-        assert gates["correctness"]["verdict"] in ("pass", "fail"), gates["correctness"]
         assert cell["model"]["parameters"] > 10_000 and cell["model"]["config_sha256"]
-        if ".train." in cell_id:
-            assert gates["convergence"]["verdict"] in ("pass", "fail")
+        if ".train." in cell_id:  # a training step is judged by its curve
+            assert gates["convergence"]["verdict"] in ("pass", "fail"), gates["convergence"]
             assert len(cell["loss_curves"]["candidate"]) == 10
-        else:
+        else:  # inference: against the eager attention path, and through torch.export
+            assert gates["correctness"]["verdict"] in ("pass", "fail"), gates["correctness"]
             assert gates["export"]["verdict"] in ("pass", "new-failure", "fail", "fixed")
     assert not [r for r in decision["reasons"] if "the model differs" in r]
-    assert not [r for r in decision["reasons"] if "libraries the workloads imported" in r]
+    # Both sides ran the same transformers. What else the current interpreter holds and a fresh
+    # venv does not (numpy, pillow, scipy, which transformers imports where present) is listed.
+    differing = {p["name"] for p in decision["comparable"].get("packages", [])}
+    assert "transformers" not in differing and "torch" not in differing

@@ -220,7 +220,7 @@ def test_the_matrixs_requirements_are_checked_by_file_and_entry_before_anything_
         catch_exceptions=False,
     )  # fmt: skip
     assert result.exit_code == 2, result.output
-    assert f"{bad}: requirements[1]: 'torch==2.14.1' names torch itself" in result.stderr
+    assert f"{bad}::requirements[1]: 'torch==2.14.1' names torch itself" in result.stderr
     # A side that lacks what the matrix needs is refused up front, naming the package.
     lacking = _matrix_with(tmp_path, "zzz-no-such-dist>=1")
     result = runner.invoke(
