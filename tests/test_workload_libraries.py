@@ -100,7 +100,10 @@ def test_a_team_library_at_another_version_is_flagged_and_can_defer(tmp_path: Pa
     )  # fmt: skip
     held = json.loads(again.read_text())
     assert (code, held["decision"]) == (5, "defer"), stderr
-    assert held["reasons"][0] == (
+    # First, after what the run could not do as asked (a round left out as disturbed on a
+    # busy runner says so before anything that follows from it).
+    held_reasons = [r for r in held["reasons"] if not r.startswith("--rounds ")]
+    assert held_reasons[0] == (
         "tm-team-lib must be the same on both sides (the profile's same_packages)"
     )
 
