@@ -45,7 +45,7 @@ def test_rank_crash_recorded_and_run_goes_on(dist_run: tuple[int, Path]) -> None
     assert doc["status"] == "crashed"
     assert "rank 1 died (SIGSEGV)" in doc["failure"]["message"]
     assert read_run(out / "run.json")["status"] == "complete"
-    assert not list((out / "cells").glob(".*rank*"))  # rank parts cleaned up
+    assert not list((out / "cells").glob(".*rank*"))  # no rank leaves a file of its part
 
 
 def test_rank_hang_recorded_as_timeout(dist_run: tuple[int, Path]) -> None:
@@ -63,21 +63,24 @@ def test_rank_exception_ends_the_cell_with_its_own_failure(dist_run: tuple[int, 
     assert "timed out" not in doc["failure"]["message"]
 
 
-def test_a_part_left_half_written_by_a_killed_rank_is_removed(tmp_path: Path) -> None:
-    """torchrun kills the other ranks when one dies: a rank killed inside atomic_write_json
-    leaves its temporary file, which the parent removes with the parts it read."""
-    from suite.core.results import atomic_write_json
-    from suite.execute.cell import _rank_failures
-    from suite.worker.ranks import rank_part_path
+def test_a_part_cut_short_or_of_another_run_is_not_read() -> None:
+    """A rank's part travels as a marked line of its output: a line cut short by a kill, or
+    one left in the log by another run, says nothing about this cell."""
+    import json
 
-    result = tmp_path / "cells" / "rank_crash@cpu.json"
-    part = {"rank": 1, "status": "failed", "failure": "boom", "mode": "exception"}
-    atomic_write_json(rank_part_path(result, 1), part)
-    half = result.parent / f".{rank_part_path(result, 0).name}.k1ll3d.tmp"  # mkstemp's shape
-    half.write_text('{"rank": 0, "sta')
-    said, status, mode = _rank_failures(result)
-    assert (said, status, mode) == ("rank 1 failed: boom", "failed", "exception")
-    assert list(result.parent.iterdir()) == []
+    from suite.core.wire import PART_MARK
+    from suite.execute.cell import rank_failures
+
+    part = {"run_id": "R", "rank": 1, "status": "failed", "failure": "boom", "mode": "exception"}
+    other = {**part, "run_id": "OLD", "failure": "stale"}
+    log = (
+        f"noise\n{PART_MARK}{json.dumps(other)}\n[rank1]: {PART_MARK}{json.dumps(part)}\n"
+        f'{PART_MARK}{{"run_id": "R", "rank": 0, "sta\n'
+    )
+    assert rank_failures([log], "R") == ("rank 1 failed: boom", "failed", "exception")
+    assert rank_failures([log], "R", ["node 1 (10.0.0.2)"])[0] == (
+        "rank 1 on node 1 (10.0.0.2) failed: boom"
+    )
 
 
 @pytest.mark.parametrize(
@@ -91,30 +94,65 @@ def test_a_part_left_half_written_by_a_killed_rank_is_removed(tmp_path: Path) ->
 def test_what_a_rank_says_enters_the_record_only_within_the_vocabulary(
     tmp_path: Path, part_status: str, part_mode: str, status: str, mode: str
 ) -> None:
-    """A part file is read, not trusted: its status and mode become the cell's only when the
+    """A rank's part is read, not trusted: its status and mode become the cell's only when the
     record's vocabulary has them, so the record written is one its schema accepts."""
-    from suite.core.results import atomic_write_json
+    import json
+
     from suite.core.spec import CellSpec
     from suite.core.validation import validate
+    from suite.core.wire import PART_MARK
     from suite.execute.cell import _record_for_outcome
     from suite.execute.environment import RunOptions
     from suite.execute.launch import ProcessExit
-    from suite.worker.ranks import rank_part_path
 
+    run_id = "20261204T000000Z-abcdef"
     spec = CellSpec("pair", "pair", (), "cpu", "smoke", ranks=2)
     result = tmp_path / "cells" / f"{spec.cell_id}.json"
-    part = {"rank": 1, "status": part_status, "failure": "planted", "mode": part_mode}
-    atomic_write_json(rank_part_path(result, 1), part)
+    part = {"run_id": run_id, "rank": 1, "status": part_status, "failure": "planted",
+            "mode": part_mode}  # fmt: skip
     log = tmp_path / "cell.log"
-    log.write_text("")
+    log.write_text(f"{PART_MARK}{json.dumps(part)}\n")
     outcome = ProcessExit(returncode=1, signal_name=None, timed_out=False, wall_s=1.0,
                           maxrss_bytes=None)  # fmt: skip
     doc = _record_for_outcome(
-        spec, "20261204T000000Z-abcdef", 0, RunOptions(out=tmp_path), outcome, log,
-        "2026-12-04T00:00:00Z", None, result,
-    )  # fmt: skip
+        spec, run_id, 0, RunOptions(out=tmp_path), outcome, log, "2026-12-04T00:00:00Z", None
+    )
     failure = doc["failure"]
     assert failure is not None
     assert (doc["status"], failure["mode"]) == (status, mode)
     assert f"rank 1 {part_status}: planted" in failure["message"]
     validate(dict(doc), "torch-matrix/result", file=str(result))
+
+
+def test_a_cell_started_inside_another_jobs_world_runs_alone_and_says_so(tmp_path: Path) -> None:
+    """A run started from a shell inside a Slurm step or a Kubeflow pod: the job's world
+    variables reach no worker, and each record says what was left out."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.helpers import REPO, THREADS_ENV, planted
+
+    out = tmp_path / "run"
+    matrix = tmp_path / "m.yaml"
+    matrix.write_text(
+        "version: 1\nbackends: [cpu]\nworkloads:\n"
+        f"  - workload: '{planted('Quick')}'\n    grid: {{n: [8]}}\n"
+        f"  - workload: '{PLANTED}:AllReduce'\n"
+    )
+    inherited = {"RANK": "3", "WORLD_SIZE": "8", "PET_NNODES": "2", "MASTER_ADDR": "10.9.9.9",
+                 "MASTER_PORT": "1"}  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "suite", "run", "--matrix", str(matrix), "--out", str(out)],
+        cwd=REPO, env={**os.environ, **THREADS_ENV, **inherited}, capture_output=True,
+        text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    alone = read_result(out / "cells" / "quick.8@cpu.json")
+    assert alone["status"] == "ok"
+    said = " ".join(alone["warnings"])
+    assert "this cell ran alone, as rank 0 of a world of 1" in said
+    assert "MASTER_ADDR, MASTER_PORT, PET_NNODES, RANK, WORLD_SIZE were not passed" in said
+    pair = read_result(out / "cells" / "all_reduce_ok@cpu.json")
+    assert pair["status"] == "ok" and pair["metrics"]["world_size"]["value"] == 2
+    assert "this cell ran in its own world of 2 ranks" in " ".join(pair["warnings"])

@@ -59,7 +59,7 @@ def metric(doc: dict[str, Any], name: str) -> Any:
 
 @pytest.mark.parametrize("op", OPS)
 def test_collective_ok_or_unsupported(run_dir: Path, op: str) -> None:
-    doc = cell(run_dir, f"collectives.{op}.1KiB.c10d.w2")
+    doc = cell(run_dir, f"collectives.{op}.1KiB.c10d.n1x2")
     if doc["status"] == "unsupported":  # gloo lacks some ops in some torch versions
         assert doc["failure"]["mode"] == "unsupported" and doc["failure"]["message"]
         return
@@ -79,14 +79,14 @@ def test_collective_ok_or_unsupported(run_dir: Path, op: str) -> None:
 
 
 def test_torchcomms_cell_skipped_with_reason(run_dir: Path) -> None:
-    doc = cell(run_dir, "collectives.all_reduce.1KiB.torchcomms.w2")
+    doc = cell(run_dir, "collectives.all_reduce.1KiB.torchcomms.n1x2")
     assert doc["status"] == "skipped"
     assert doc["failure"]["mode"] == "dependency"
     assert "torchcomms" in doc["failure"]["message"]
 
 
 def test_fsdp2_matches_single_process(run_dir: Path) -> None:
-    doc = cell(run_dir, "fsdp2.d256w2")
+    doc = cell(run_dir, "fsdp2.d256.n1x2")
     assert doc["status"] == "ok", doc.get("failure")
     correctness = doc["correctness"]
     assert correctness["passed"] and correctness["reference"] == "single-process training"
@@ -99,7 +99,7 @@ def test_fsdp2_matches_single_process(run_dir: Path) -> None:
 
 
 def test_checkpoint_resume_is_exact(run_dir: Path) -> None:
-    doc = cell(run_dir, "checkpoint.false.d256w2")
+    doc = cell(run_dir, "checkpoint.false.d256.n1x2")
     assert doc["status"] == "ok", doc.get("failure")
     assert metric(doc, "resume_equivalent") is True
     assert metric(doc, "resume_max_abs_diff") <= 1e-6
@@ -108,7 +108,7 @@ def test_checkpoint_resume_is_exact(run_dir: Path) -> None:
 
 
 def test_checkpoint_without_optimizer_state_fails(run_dir: Path) -> None:
-    doc = cell(run_dir, "checkpoint.true.d256w2")
+    doc = cell(run_dir, "checkpoint.true.d256.n1x2")
     assert doc["status"] == "failed"
     assert doc["failure"]["mode"] == "correctness"
     assert metric(doc, "resume_equivalent") is False

@@ -131,12 +131,18 @@ class CellChoice:
     size: str | None
     timeout: float | None
     memory_limit: float | None
+    launcher: str | None = None
 
     def select(self, size: str | None = None) -> tuple[Matrix, list[CellSpec], dict[str, Resolved]]:
-        """The matrix and its chosen cells; size overrides --size (a deprecated spelling)."""
-        return checked_select(
+        """The matrix and its chosen cells; size overrides --size (a deprecated spelling), and
+        --launcher the matrix's launcher."""
+        from suite.execute.nodes import choose_launcher
+
+        matrix, cells, resolved = checked_select(
             self.matrix_file, self.workloads, self.backends, self.cell_ids, size or self.size
         )
+        choose_launcher(matrix, cells, self.launcher)
+        return matrix, cells, resolved
 
     @property
     def memory_limit_bytes(self) -> int | None:
@@ -214,6 +220,12 @@ def _cell_options() -> list[Callable[[Any], Any]]:
             metavar="GIB",
             help="Address-space limit for each CPU cell's worker (default: 90% of RAM).",
         ),
+        click.option(
+            "--launcher",
+            metavar="KIND|FILE",
+            help="Where a distributed cell's nodes run: local, or a YAML file holding a "
+            "launcher (kind: ssh, hosts: [...]); overrides the matrix's launcher:.",
+        ),
     ]
 
 
@@ -231,11 +243,12 @@ def matrix_options(fn: F) -> F:
         size: str | None,
         timeout: float | None,
         memory_limit: float | None,
+        launcher: str | None,
         **kwargs: Any,
     ) -> Any:
         chosen = CellChoice(
             matrix_file, tuple(workloads), tuple(backends), tuple(cell_ids), size, timeout,
-            memory_limit,
+            memory_limit, launcher,
         )  # fmt: skip
         return fn(*args, chosen=chosen, **kwargs)
 

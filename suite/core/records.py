@@ -267,6 +267,8 @@ class Result(TypedDict, total=False):
     threads: ThreadsRecord | None
     image: ImageRecord | None
     ranks: list[dict[str, Any]]
+    # A cell on several nodes: its launcher, rendezvous and each node's agent's end.
+    placement: dict[str, Any]
     outputs: dict[str, Any] | None
     warnings: list[str]
     instructions: dict[str, Any] | None  # a counting process's (suite/execute/counting.py)

@@ -33,7 +33,18 @@ class CellSpec:
     lane: str = "production"
     size_tag: str | None = None
     timeout_s: float = 600.0
-    ranks: int = 1  # processes the cell runs on; above 1 it is launched under torchrun
+    ranks: int = 1  # processes per node; above 1 (or above one node) it runs under torchrun
+    nodes: int = 1  # the nodes (hosts) its ranks are placed on, one torchrun agent each
+    distributed: bool = False  # a workload that takes a world: its cell id names the world
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.ranks
+
+    @property
+    def world_tag(self) -> str | None:
+        """The world in the cell id, nodes x ranks per node: n2x2 is four ranks on two nodes."""
+        return f"n{self.nodes}x{self.ranks}" if self.distributed else None
 
     @property
     def params_dict(self) -> dict[str, ParamValue]:
@@ -44,6 +55,8 @@ class CellSpec:
         parts = [_token(self.workload)] + [_token(v) for _, v in self.params]
         if self.size_tag:
             parts.append(_token(self.size_tag))
+        if self.world_tag:
+            parts.append(self.world_tag)
         return ".".join(parts) + "@" + self.backend
 
     @property
@@ -52,7 +65,7 @@ class CellSpec:
         return self.cell_id.rsplit("@", 1)[0]
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "workload": self.workload,
             "ref": self.ref,
             "params": self.params_dict,
@@ -60,6 +73,9 @@ class CellSpec:
             "profile": self.profile,
             "lane": self.lane,
         }
+        if self.distributed:
+            data["world"] = {"nodes": self.nodes, "ranks_per_node": self.ranks}
+        return data
 
     @property
     def spec_hash(self) -> str:
@@ -71,6 +87,8 @@ class CellSpec:
         data["size_tag"] = self.size_tag
         data["timeout_s"] = self.timeout_s
         data["ranks"] = self.ranks
+        data["nodes"] = self.nodes
+        data["distributed"] = self.distributed
         return json.dumps(data, sort_keys=True)
 
     @classmethod
@@ -86,6 +104,8 @@ class CellSpec:
             size_tag=data.get("size_tag"),
             timeout_s=float(data.get("timeout_s", 600.0)),
             ranks=int(data.get("ranks", 1)),
+            nodes=int(data.get("nodes", 1)),
+            distributed=bool(data.get("distributed", False)),
         )
 
 

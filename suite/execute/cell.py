@@ -4,11 +4,10 @@ died)."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import shlex
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 from suite.core.backends import backend_entry
@@ -22,8 +21,12 @@ from suite.core.results import (
     write_result,
 )
 from suite.core.spec import CellSpec
+from suite.core.wire import PART_MARK, heard
 from suite.execute.environment import RunOptions
-from suite.execute.launch import Launcher, ProcessExit, Step, read_tail
+from suite.execute.launch import Launcher, ProcessExit, Step, read_tail, run_process
+
+# How much of a distributed cell's log is read for its ranks' parts and torchrun's summary.
+LOG_READ_LIMIT = 1 << 20
 
 
 def _record_for_outcome(
@@ -35,7 +38,6 @@ def _record_for_outcome(
     log: Path,
     started_at: str,
     memory_limit: int | None,
-    path_of_result: Path,
 ) -> Result:
     timeout = options.timeout_s or spec.timeout_s
     status: Status
@@ -64,16 +66,14 @@ def _record_for_outcome(
         message = f"worker exited with code {outcome.returncode} and wrote no result"
     else:
         status, mode, message = "crashed", "no-result", "worker exited 0 but wrote no valid result"
-    if spec.ranks > 1:
-        died = _torchrun_deaths(read_tail(log, 20000))
-        parts, raised, raised_mode = _rank_failures(path_of_result)
+    if spec.world_size > 1:
+        text = read_tail(log, LOG_READ_LIMIT)
+        died = torchrun_deaths(text)
+        parts, raised, raised_mode = rank_failures([text], run_id)
         # A rank killed by a signal is the cause; the others' errors are its echo.
-        # What a part file says is read, not trusted: a status or mode outside the
-        # vocabulary would make a record the schema refuses.
-        part = next((s for s in _PART_MODES if s == raised), None)
-        if part is not None and not outcome.timed_out and "(SIG" not in died:
-            said = next((m for m in FAILURE_MODES if m == raised_mode), _PART_MODES[part])
-            status, mode, message = part, said, parts
+        said = rank_outcome(parts, raised, raised_mode)
+        if said is not None and not outcome.timed_out and "(SIG" not in died:
+            (status, mode), message = said, parts
         else:
             message = "; ".join(m for m in (message, died, parts) if m)
     return failure_result(
@@ -97,7 +97,7 @@ _TORCHRUN_FAILURE = re.compile(
 )
 
 
-def _torchrun_deaths(log_text: str) -> str:
+def torchrun_deaths(log_text: str) -> str:
     """Which ranks torchrun saw die, from its failure summary (rank : N / exitcode : -11)."""
     deaths = [
         f"rank {rank} died ({sig or f'exit code {code}'})"
@@ -107,7 +107,8 @@ def _torchrun_deaths(log_text: str) -> str:
     return "; ".join(dict.fromkeys(deaths))
 
 
-# A rank that raised says why in its part file; its status becomes the cell's.
+# A rank that raised says why in its part (a marked line of its output, suite/core/wire.py); its
+# status becomes the cell's.
 _PART_MODES: dict[Status, FailureMode] = {
     "failed": "exception",
     "unsupported": "unsupported",
@@ -116,55 +117,64 @@ _PART_MODES: dict[Status, FailureMode] = {
 }
 
 
-def _rank_failures(result: Path) -> tuple[str, str | None, str | None]:
-    """What the ranks of a distributed cell said before it ended (their part files), and the
-    status and failure mode the first rank that raised reported."""
-
+def rank_failures(
+    texts: Sequence[str], run_id: str, node_names: Sequence[str] = ()
+) -> tuple[str, str | None, str | None]:
+    """What the ranks of a distributed cell said before it ended (their parts, on their
+    output: one text per node), and the status and failure mode the first rank that raised
+    reported. A part of another run (an old log) is not this cell's."""
     said = []
     status = mode = None
-    for part in sorted(result.parent.glob(f".{result.name}.rank*.json")):
-        try:
-            data = json.loads(part.read_text("utf-8"))
-        except (OSError, ValueError):
-            continue
-        finally:
-            part.unlink(missing_ok=True)
-        if data.get("status") != "ok":
-            said.append(f"rank {data.get('rank')} {data.get('status')}: {data.get('failure')}")
+    for i, text in enumerate(texts):
+        where = f" on {node_names[i]}" if i < len(node_names) else ""
+        for data in heard(text, PART_MARK):
+            if data.get("run_id") != run_id or data.get("status") == "ok":
+                continue
+            rank, failure = data.get("rank"), data.get("failure")
+            said.append(f"rank {rank}{where} {data.get('status')}: {failure}")
             if status is None:
                 status, mode = data.get("status"), data.get("mode")
-    # A rank killed while it wrote its part (torchrun ends the others when one dies) leaves
-    # the temporary file of atomic_write_json: half a part, nothing to read or keep.
-    for partial in result.parent.glob(f"..{result.name}.rank*.json.*.tmp"):
-        partial.unlink(missing_ok=True)
     return "; ".join(said), status, mode
 
 
-TORCHRUN_ARGS_VAR = "TORCH_MATRIX_TORCHRUN_ARGS"
+def rank_outcome(
+    said: str, raised: str | None, raised_mode: str | None
+) -> tuple[Status, FailureMode] | None:
+    """The status and mode the first rank that raised gives the cell; None if none did. What
+    a part says is read, not trusted: a status or mode outside the vocabulary would make a
+    record the schema refuses."""
+    part = next((s for s in _PART_MODES if s == raised), None)
+    if part is None:
+        return None
+    return part, next((m for m in FAILURE_MODES if m == raised_mode), _PART_MODES[part])
 
 
-def worker_argv(
-    interpreter: str, spec: CellSpec, result: Path, run_id: str, round_no: int
-) -> list[str]:
-    """The worker's command line; a cell of several ranks starts under torchrun."""
-    launch = [interpreter, "-m", "suite.worker"]
-    if spec.ranks > 1:
-        # Multi-node: rendezvous options (--nnodes, --rdzv-endpoint, ...) come from the
-        # environment; one node alone uses --standalone, which picks a free local port.
-        extra = shlex.split(os.environ.get(TORCHRUN_ARGS_VAR, "")) or ["--standalone"]
-        launch = [
-            interpreter, "-m", "torch.distributed.run", *extra,
-            "--nproc-per-node", str(spec.ranks), "--max-restarts", "0",
-            "-m", "suite.worker",
-        ]  # fmt: skip
+def worker_call(spec: CellSpec, result: Path, run_id: str, round_no: int) -> list[str]:
+    """The worker's own arguments: after `python -m suite.worker`, here or under torchrun."""
     return [
-        *launch, "cell",
+        "cell",
         "--spec", spec.to_json(),
         "--result", str(result),
         "--run-id", run_id,
         "--round", str(round_no),
         "--path", os.getcwd(),
     ]  # fmt: skip
+
+
+def worker_argv(
+    interpreter: str, spec: CellSpec, result: Path, run_id: str, round_no: int
+) -> list[str]:
+    """The worker's command line; a cell of several ranks on this one host starts under
+    torchrun --standalone, which picks a free local port (several nodes: suite/execute/
+    multinode.py)."""
+    launch = [interpreter, "-m", "suite.worker"]
+    if spec.world_size > 1 or spec.distributed:  # a world of one rank is still a world
+        launch = [
+            interpreter, "-m", "torch.distributed.run", "--standalone",
+            "--nproc-per-node", str(spec.ranks), "--max-restarts", "0",
+            "-m", "suite.worker",
+        ]  # fmt: skip
+    return [*launch, *worker_call(spec, result, run_id, round_no)]
 
 
 def run_cell(
@@ -176,6 +186,16 @@ def run_cell(
     round_no: int,
     launcher: Launcher | None = None,
 ) -> Result:
+    nodes = options.nodes
+    if spec.world_size > 1 and (spec.nodes > 1 or (nodes is not None and not nodes.plain)):
+        from suite.execute.multinode import run_on_nodes, unplaceable
+        from suite.execute.nodes import node_launcher
+
+        if options.launcher is not run_process:
+            return unplaceable(spec, run_id, run_dir, round_no)
+        return run_on_nodes(
+            spec, run_id, run_dir, options, env, round_no, nodes or node_launcher(None, {})
+        )
     path = cell_file(run_dir, spec.cell_id, round_no)
     path.unlink(missing_ok=True)
     log = run_dir / "logs" / (path.stem + ".log")
@@ -205,7 +225,7 @@ def run_cell(
                 write_result(path, written)
             return written
     doc = _record_for_outcome(
-        spec, run_id, round_no, options, outcome, log, started_at, memory_limit, path
+        spec, run_id, round_no, options, outcome, log, started_at, memory_limit
     )
     write_result(path, doc)
     return doc

@@ -47,7 +47,7 @@ _SOURCE = re.compile(r"^(?:\?\?\?|[^:\s]*[/.][^:\s]*):(?!:)")
 
 def countable(spec: CellSpec) -> bool:
     """Whether the instructions gate applies: one CPU rank, no compilation."""
-    return counts_cell(spec.workload, spec.backend, spec.params_dict, spec.ranks)
+    return counts_cell(spec.workload, spec.backend, spec.params_dict, spec.world_size)
 
 
 def count_file(run_dir: Path, spec: CellSpec, replicate: int) -> Path:

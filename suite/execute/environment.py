@@ -18,6 +18,7 @@ from suite.core.index_access import index_secret_names
 from suite.core.secrets import for_user_code
 from suite.core.validation import validate
 from suite.execute.launch import Launcher, ProcessExit, Step, read_tail, run_process
+from suite.execute.nodes import NodeLauncher
 from suite.execute.progress import Progress
 
 PROBE_TIMEOUT_S = 300.0
@@ -42,6 +43,8 @@ class RunOptions:
     run_id: str | None = None
     # Starts a worker: the local process launcher, or one that runs it inside a container.
     launcher: Launcher = run_process
+    # Places a distributed cell's nodes (suite/execute/nodes.py); None: every node here.
+    nodes: NodeLauncher | None = None
 
 
 def _package() -> Path:
@@ -83,9 +86,33 @@ def inherited_env() -> dict[str, str]:
     return for_user_code(os.environ, also=index_secret_names(os.environ))
 
 
+# What places a process in a distributed world. A worker started from a shell inside a Slurm
+# step or a Kubeflow pod inherits its job's; a single-process cell would then join a world it
+# was never part of, and torchrun's --standalone would still read PET_NNODES. Only the launcher
+# of a cell's own nodes sets them.
+WORLD_VARS = frozenset(
+    {
+        "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+        "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR",
+        "MASTER_PORT", "NODE_RANK",
+    }
+)  # fmt: skip
+WORLD_PREFIXES = ("PET_", "TORCHELASTIC_")
+CLEARED_VAR = "TORCH_MATRIX_CLEARED_WORLD"  # the names removed, for the record to say so
+
+
+def without_world(env: dict[str, str]) -> tuple[dict[str, str], list[str]]:
+    """ENV without what would place a worker in an inherited world, and the names removed."""
+    cleared = sorted(k for k in env if k in WORLD_VARS or k.startswith(WORLD_PREFIXES))
+    return {k: v for k, v in env.items() if k not in cleared}, cleared
+
+
 def worker_env(options: RunOptions) -> dict[str, str]:
-    """The environment of every worker: the inherited one, plus what the harness sets."""
-    env = inherited_env()
+    """The environment of every worker: the inherited one without any distributed world, plus
+    what the harness sets."""
+    env, cleared = without_world(inherited_env())
+    if cleared:
+        env[CLEARED_VAR] = ",".join(cleared)
     env.update(WORKER_ENV)
     env.update(options.extra_env)
     src = str(suite_import_root())

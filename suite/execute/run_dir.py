@@ -136,6 +136,9 @@ def new_run_doc(
             "timeout_s": options.timeout_s,
             "memory_limit_bytes": options.memory_limit_bytes,
             "rounds": len(options.rounds),
+            # Where distributed cells' nodes ran (suite/execute/nodes.py); ssh options (key
+            # paths) are left out.
+            "launcher": options.nodes.evidence() if options.nodes is not None else None,
         },
         "interpreter": options.interpreter,
         "environment": environment,

@@ -27,6 +27,7 @@ from suite.execute.cell import run_cell, worker_argv
 from suite.execute.environment import RunOptions, probe_environment, worker_env
 from suite.execute.forkclient import ForkServer, fork_launcher_enabled
 from suite.execute.launch import Launcher, Step, run_process
+from suite.execute.nodes import node_launcher
 from suite.execute.progress import Progress
 from suite.execute.run_dir import (
     existing_run,
@@ -65,6 +66,8 @@ class Run:
         extra: RunRecord | None = None,
     ) -> None:
         self.options = options
+        if options.nodes is None and matrix.launcher is not None:
+            options.nodes = node_launcher(matrix.launcher, matrix.launcher_where)
         self.dir = options.out
         self.path = self.dir / "run.json"
         existing = existing_run(self.path, options.resume)

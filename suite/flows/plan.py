@@ -46,7 +46,7 @@ def typical_runners() -> dict[str, tuple[str, ...]]:
 def cell_cost(cell: CellSpec) -> int:
     """Relative run time of a cell, for balancing jobs (see the module docstring)."""
     compiled = cell.workload in COMPILING_WORKLOADS or "compiled" in (v for _, v in cell.params)
-    return (COMPILED_COST if compiled else 1) * max(1, cell.ranks)
+    return (COMPILED_COST if compiled else 1) * max(1, cell.world_size)
 
 
 def runner_labels(

@@ -29,7 +29,9 @@ from suite.judge.packages import held_by_policy, package_differences, packages_l
 from suite.judge.policy import Policy, decision_rank
 from suite.judge.registry import evaluate_cell
 from suite.judge.rules import apply_rules, overall
+from suite.judge.scaling import scaling_cells
 from suite.judge.sequential import Design
+from suite.judge.verdicts import row_id_of
 
 # Fields of the environment record that must match for timing and memory to be comparable;
 # and, for every registered backend, whether it is there, on which devices, under which driver.
@@ -181,14 +183,6 @@ def judge_cells(
     return cells
 
 
-def row_id_of(spec: Mapping[str, Any]) -> str:
-    """A cell's row: its workload on its backend, and its model where the workload takes one
-    (`model`), so that each model a workload runs is adopted or held back on its own."""
-    model = spec["params"].get("model")
-    name = f"{spec['workload']}.{model}" if model is not None else str(spec["workload"])
-    return f"{name}@{spec['backend']}"
-
-
 def decision_of(
     base: LoadedRun,
     cand: LoadedRun,
@@ -202,6 +196,8 @@ def decision_of(
     _check_same_matrix(base, cand)
     diffs = differences(base.run["environment"], cand.run["environment"])
     cells = judge_cells(base, cand, policy, not diffs, reproduce, artifacts or {})
+    design = design_of(base, cand, policy)
+    cells.extend(scaling_cells(policy, base.results, cand.results, design, not diffs))
     # Checks that are not cells of the matrix (the rollback gate) join as cells of their own.
     cells.extend(c for c in extra_cells or [] if all(g["gate"] in policy.gates for g in c["gates"]))
     return decision_record(
@@ -215,7 +211,7 @@ def decision_of(
         rollback=rollback,
         packages=package_differences(base, cand),
         notes=[models_line(m)] if (m := model_differences(base, cand)) else [],
-        lead=rounds_shortfall(base, cand, design_of(base, cand, policy)),
+        lead=rounds_shortfall(base, cand, design),
     )
 
 

@@ -161,6 +161,7 @@ GATE_NEEDS: dict[str, tuple[str, ...]] = {
     "determinism": (),
     "drift": (),
     "convergence": ("threshold",),
+    "scaling": ("threshold",),
     "rollback": (),
     "instructions": ("threshold",),
     "fallback": (),

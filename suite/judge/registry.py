@@ -83,6 +83,8 @@ REGISTRY: dict[str, GateFn] = {
     "convergence": lambda gate, i: convergence_gate(gate, i.base, i.cand),
     # The rollback gate is not judged per cell: suite/flows/rollback.py adds its own cells.
     "rollback": lambda gate, i: None,
+    # Nor is scaling: suite/judge/scaling.py judges the cells of one case across worlds.
+    "scaling": lambda gate, i: None,
     "instructions": lambda gate, i: instructions_gate(
         gate, i.base_counts, i.cand_counts, [*i.base, *i.cand], i.dirs
     ),

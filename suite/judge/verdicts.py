@@ -4,6 +4,7 @@ checks share it without importing one another."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -48,3 +49,11 @@ def gate_result(gate: Gate, verdict: Verdict, message: str, **numbers: Any) -> G
     }
     out.update(numbers)  # type: ignore[typeddict-item]
     return out
+
+
+def row_id_of(spec: Mapping[str, Any]) -> str:
+    """A cell's row: its workload on its backend, and its model where the workload takes one
+    (`model`), so that each model a workload runs is adopted or held back on its own."""
+    model = spec["params"].get("model")
+    name = f"{spec['workload']}.{model}" if model is not None else str(spec["workload"])
+    return f"{name}@{spec['backend']}"

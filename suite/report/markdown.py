@@ -17,6 +17,7 @@ from suite.core.decision_records import Cell, DecisionRecord, GateRecord
 from suite.core.records import DECISIONS, UNDECIDED_WHY
 from suite.report.cell_section import cell_section, table_line
 from suite.report.escape import cap, code_span, md
+from suite.report.scaling import scaling_table
 from suite.report.table import (
     ATTENTION,
     LANES,
@@ -51,6 +52,8 @@ class _Parts:
     # The one block listing cells whose only attention verdict is inconclusive: the
     # least severe finding, so it is the first thing truncation cuts.
     undecided: str | None
+    # Each scaling row's efficiencies on both pins: a few lines, never cut.
+    scaling: str | None = None
 
     @property
     def row_count(self) -> int:
@@ -253,6 +256,8 @@ def _assemble(
             blocks.append(title + "\n" + "\n".join(kept))
     if parts.absent:
         blocks.append(parts.absent)
+    if parts.scaling:
+        blocks.append(parts.scaling)
     listed = parts.undecided if undecided else None
     if sections_kept or listed:
         blocks.append(_SECTIONS_TITLE)
@@ -311,6 +316,7 @@ def _fit(
         absent=None if absent is None else md(absent, None),
         sections=[cell_section(cell, full_report_url) for cell in _attention_cells(decision)],
         undecided=_undecided_block(decision),
+        scaling=scaling_table(decision),
     )
     rows, sections = parts.row_count, len(parts.sections)
     full = _assemble(parts, rows, sections, True, full_report_url)

@@ -32,9 +32,12 @@ from suite.worker.measure import (
 from suite.worker.ranks import (
     fail_rank,
     gather_ranks,
+    hand_over,
     init_distributed,
+    nodes,
     rank_env,
     shutdown_distributed,
+    start_heartbeat,
 )
 from suite.workloads.base import Skip, Unsupported, Workload
 
@@ -102,6 +105,7 @@ def run_cell(
 ) -> int:
     started_at = utc_now()
     doc = base_result(spec, run_id, round_no, started_at)
+    _say_world_cleared(doc, spec)
     import_s = _import_torch_s()
     _record_torch_and_image(doc)
     backend = get(spec.backend)
@@ -118,10 +122,28 @@ def run_cell(
     if ctx is not None:
         _keep_evidence(doc, ctx, round_no, result_path, trace)
         ctx.cleanup()
-    if gather_ranks(doc, ctx.rank_metrics if ctx is not None else {}, result_path):
+    if gather_ranks(doc, ctx.rank_metrics if ctx is not None else {}):
         write_result(result_path, doc)
+        hand_over(doc, result_path)
     shutdown_distributed()
     return 0
+
+
+def _say_world_cleared(doc: Result, spec: CellSpec) -> None:
+    """A cell started from inside another job's world (a Slurm step, a Kubeflow pod) got none
+    of it: say what was left out, and in which world the cell ran instead."""
+    cleared = [n for n in os.environ.get("TORCH_MATRIX_CLEARED_WORLD", "").split(",") if n]
+    if not cleared:
+        return
+    ran = (
+        f"in its own world of {spec.world_size} ranks"
+        if spec.world_size > 1
+        else "alone, as rank 0 of a world of 1"
+    )
+    doc["warnings"].append(
+        f"this cell ran {ran}: the inherited {', '.join(cleared)} were not passed to it "
+        "(only the launcher of its own nodes places a cell in a world)"
+    )
 
 
 def _import_torch_s() -> float:
@@ -180,7 +202,7 @@ def _run_workload(
                     "messages": [],
                 }
             ctx = _make_context(spec, backend, resolved.workload)
-            if ctx.world_size > 1:
+            if ctx.world_size > 1 or spec.distributed:
                 init_distributed(backend)
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
@@ -194,7 +216,7 @@ def _run_workload(
         if rank_env()[1] > 1:
             # The other ranks may wait in a collective this rank will never join: leave now,
             # and torchrun stops them. The parent reads this part for the record.
-            fail_rank(doc, ctx.rank_metrics if ctx is not None else {}, result_path)
+            fail_rank(doc, ctx.rank_metrics if ctx is not None else {})
     doc["imports"] = imported_distributions(before)
     return ctx, caught
 
@@ -281,6 +303,13 @@ def _keep_evidence(
     """Save the cell's outputs beside the results and write its trace, when asked for."""
     # Keeping outputs and traces is evidence on top of the measurement: if it breaks, the
     # record says so and keeps the measurement.
+    if nodes() > 1 and (ctx.outputs or trace is not None):
+        # They would stay on rank 0's node; only the record travels back to the coordinator.
+        doc["warnings"].append(
+            "the checked outputs and trace of a cell on several nodes are not kept: drift is "
+            "compared on its one-node cells"
+        )
+        return
     try:
         if ctx.outputs and round_no == 0 and ctx.rank == 0:  # one copy per side is enough
             # Tensors above suite.worker.context.OUTPUT_CAP_ELEMENTS are kept as a fixed
@@ -302,6 +331,21 @@ def run_probe(out: Path) -> int:
     return 0
 
 
+def _die_with_agent() -> None:
+    """A rank ends when its torchrun agent does (torchrun starts each rank in a session of its
+    own): a killed agent leaves no rank running on, as a node that went down would not."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except OSError:
+            return
+        if os.getppid() == 1:  # the agent died before the call
+            os._exit(1)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     worker_start = time.perf_counter()
     faulthandler.enable()  # a segfault still leaves a Python traceback in the cell's log
@@ -321,6 +365,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_probe(args.out)
     for entry in reversed(args.path):
         sys.path.insert(0, entry)
+    if os.environ.get("LOCAL_RANK") is not None:  # a rank torchrun started (never inherited)
+        _die_with_agent()
+        start_heartbeat()
     spec = CellSpec.from_json(args.spec)
     return run_cell(spec, args.run_id, args.round, args.result, worker_start, args.trace)
 

@@ -91,6 +91,10 @@ class Workload(ABC):
     prototype: ClassVar[bool] = False
     # The cell id's size token, formatted with the profile's sizes: "s{seq}" gives "s256".
     size_tag_format: ClassVar[str | None] = None
+    # A workload whose ranks form a world: its cells run under torchrun at the worlds a matrix
+    # entry's `world:` sweeps (nodes x ranks per node; default one node of ranks()), and its
+    # cell id names the world (n2x2).
+    distributed: ClassVar[bool] = False
 
     def size_tag(self, params: Mapping[str, ParamValue], profile: str) -> str | None:
         """A short token for the cell id that names the problem size (e.g. 's256')."""
@@ -99,8 +103,9 @@ class Workload(ABC):
         return self.size_tag_format.format(**self.sizes[profile])
 
     def ranks(self, params: Mapping[str, ParamValue], profile: str) -> int:
-        """Processes the cell needs. Above 1 the harness launches it under torchrun, with the
-        default process group initialised (gloo on CPU, nccl on CUDA and ROCm) before run()."""
+        """Processes the cell needs (per node, for a distributed workload: its default world is
+        one node of these). Above 1 the harness launches it under torchrun, with the default
+        process group initialised (gloo on CPU, nccl on CUDA and ROCm) before run()."""
         return 1
 
     def skip_reason(self, params: Mapping[str, ParamValue]) -> str | None:

@@ -11,8 +11,10 @@ a bug, resuming with a fresh optimizer, and must fail that check.
 ctx.measure times a DCP round trip (save, then load back into the same model and optimizer),
 which is what this workload is about; fsdp2 times the training step. ``save_s``/``load_s`` are
 the medians of its two halves over the steady calls. The checkpoint lives in rank 0's scratch
-folder, whose path is broadcast (scratch is per process), so ranks must share a filesystem:
-on several nodes, point $TORCH_MATRIX_CHECKPOINT_DIR at a shared one.
+folder, whose path is broadcast (scratch is per process). On several nodes with no shared
+filesystem ($TORCH_MATRIX_CHECKPOINT_DIR may name a shared one), each node's files are handed
+to the others after every save, untimed in save_s and load_s but inside the round trip: what a
+shared filesystem would hold, and no rank reads another node's disk.
 """
 
 from __future__ import annotations
@@ -57,7 +59,8 @@ def _median(values: list[float]) -> float:
 
 
 def _shared_dir(ctx: CellContext) -> tuple[Path, bool]:
-    """(a folder every rank uses, whether rank 0 must remove it), chosen by rank 0."""
+    """(a folder every rank uses, whether each node's local rank 0 must remove it), chosen by
+    rank 0."""
     import torch.distributed as dist
 
     base = os.environ.get(CHECKPOINT_DIR_VAR)
@@ -65,7 +68,56 @@ def _shared_dir(ctx: CellContext) -> tuple[Path, bool]:
     if ctx.rank == 0:
         chosen[0] = tempfile.mkdtemp(prefix="torch-matrix-dcp-", dir=base or ctx.scratch)
     dist.broadcast_object_list(chosen, src=0)
-    return Path(str(chosen[0])), bool(base)
+    folder = Path(str(chosen[0]))
+    folder.mkdir(parents=True, exist_ok=True)  # on another node: a folder of its own
+    # Scratch is removed with rank 0's context; a copy on another node, or in the given
+    # folder, by each node's local rank 0.
+    return folder, bool(base) or _on_several_nodes(ctx.world_size)
+
+
+def _local_rank() -> int:
+    return int(os.environ.get("LOCAL_RANK", "0"))
+
+
+def _on_several_nodes(world: int) -> bool:
+    return int(os.environ.get("LOCAL_WORLD_SIZE", str(world))) < world
+
+
+def _clear(folder: Path, world: int) -> None:
+    """Before a save on several nodes: no node keeps the copies of the last one, so that what
+    each node holds after the save is its own and _share adds the rest."""
+    import torch.distributed as dist
+
+    if not _on_several_nodes(world):
+        return
+    if _local_rank() == 0:
+        shutil.rmtree(folder, ignore_errors=True)
+    dist.barrier()
+
+
+def _share(folder: Path, world: int) -> None:
+    """Give every node every file of FOLDER that another node wrote, through a collective:
+    a checkpoint saved across nodes without a shared filesystem, as one would hold it. Each
+    node's local rank 0 offers its node's files and writes those it lacks."""
+    import torch.distributed as dist
+
+    if not _on_several_nodes(world):
+        return
+    dist.barrier()  # every rank of this node has written its files
+    mine: dict[str, bytes] = {}
+    if _local_rank() == 0:
+        for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+            mine[str(path.relative_to(folder))] = path.read_bytes()
+    offered: list[Any] = [None] * world
+    dist.all_gather_object(offered, mine)
+    if _local_rank() == 0:
+        for files in offered:
+            for name, data in (files or {}).items():
+                target = folder / name
+                if not target.exists():
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.write_bytes(data)
+    dist.barrier()  # no rank loads before its node holds every file
 
 
 def _import_dcp() -> None:
@@ -174,11 +226,13 @@ class Checkpoint(Workload):
     sizes = SIZES
     throughput_unit = "bytes/s"
 
+    distributed = True
+
     def ranks(self, params: Mapping[str, ParamValue], profile: str) -> int:
         return WORLD_SIZE
 
     def size_tag(self, params: Mapping[str, ParamValue], profile: str) -> str | None:
-        return f"d{SIZES[profile]['dim']}w{WORLD_SIZE}"
+        return f"d{SIZES[profile]['dim']}"
 
     def run(self, ctx: CellContext) -> None:
         import torch.distributed as dist
@@ -200,6 +254,7 @@ class Checkpoint(Workload):
             model, optimizer = _fresh(size, ctx.device, seed=0)
             curve(model, optimizer, range(resume_at))
             _save_state(model, optimizer, folder / "resume")
+            _share(folder / "resume", world)
 
             # Other initial weights than the saved run's, so that a load that does nothing shows.
             resumed_model, resumed_optimizer = _fresh(size, ctx.device, seed=1)
@@ -210,9 +265,9 @@ class Checkpoint(Workload):
             uninterrupted = curve(whole_model, whole_optimizer, range(steps))[resume_at:]
 
             self._measure(ctx, model, optimizer, folder / "measured")
-            dist.barrier()  # no rank still reads the folder when rank 0 removes it
+            dist.barrier()  # no rank still reads the folder when it is removed
         finally:
-            if remove and rank == 0:
+            if remove and _local_rank() == 0:
                 shutil.rmtree(folder, ignore_errors=True)
         _judge_resume(ctx, resumed, uninterrupted, steps, resume_at)
 
@@ -232,17 +287,20 @@ class Checkpoint(Workload):
         def round_trip() -> None:
             model_sd, optim_sd = get_state_dict(model, optimizer)
             state: dict[str, Any] = {"model": model_sd, "optim": optim_sd}
+            _clear(path, ctx.world_size)
             start = time.perf_counter()
             save(state, checkpoint_id=path)
             ctx.backend.sync()
             saved = time.perf_counter()
+            _share(path, ctx.world_size)
+            loading = time.perf_counter()
             load(state, checkpoint_id=path)
             set_state_dict(
                 model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"]
             )
             ctx.backend.sync()
             saves.append(saved - start)
-            loads.append(time.perf_counter() - saved)
+            loads.append(time.perf_counter() - loading)
 
         tensors: list[torch.Tensor] = list(model.parameters())
         for per_param in optimizer.state.values():

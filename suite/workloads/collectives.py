@@ -264,12 +264,10 @@ class Collectives(Workload):
     )
     sizes = {"smoke": {"samples": 20}, "full": {"samples": 50}}
     throughput_unit = "bytes/s"
+    distributed = True
 
     def ranks(self, params: Mapping[str, ParamValue], profile: str) -> int:
         return world_size_for(profile)
-
-    def size_tag(self, params: Mapping[str, ParamValue], profile: str) -> str | None:
-        return f"w{world_size_for(profile)}"
 
     def run(self, ctx: CellContext) -> None:
         op, api = str(ctx.params["op"]), str(ctx.params["api"])

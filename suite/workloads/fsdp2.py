@@ -200,11 +200,13 @@ class Fsdp2(Workload):
     sizes = SIZES
     throughput_unit = "samples/s"
 
+    distributed = True
+
     def ranks(self, params: Mapping[str, ParamValue], profile: str) -> int:
         return WORLD_SIZE
 
     def size_tag(self, params: Mapping[str, ParamValue], profile: str) -> str | None:
-        return f"d{SIZES[profile]['dim']}w{WORLD_SIZE}"
+        return f"d{SIZES[profile]['dim']}"
 
     def run(self, ctx: CellContext) -> None:
         import torch

@@ -31,6 +31,8 @@ class Entry:
     backends: tuple[str, ...] | None
     timeout_s: float | None
     index: int | None  # position in the file; None for entries added on the command line
+    # A distributed workload's worlds: (nodes, ranks per node) pairs; empty: its default.
+    world: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass
@@ -49,6 +51,9 @@ class Matrix:
     # Packages the workloads need beside torch (transformers==5.25.0): installed into every
     # venv side as --with is; an image side must be built with them (`requirements:`).
     requirements: tuple[str, ...] = ()
+    # Where a distributed cell's nodes run (`launcher:`): None is every node on this host.
+    launcher: dict[str, Any] | None = None
+    launcher_where: dict[str, str] = field(default_factory=dict)  # for its errors
 
     def evidence(self) -> MatrixEvidence:
         return {"file": self.file, "sha256": self.sha256, "name": self.name}
@@ -90,6 +95,7 @@ def _from_doc(doc: Any, file: str, sha256: str) -> Matrix:
             backends=tuple(w["backends"]) if "backends" in w else None,
             timeout_s=float(w["timeout"]) if "timeout" in w else None,
             index=i,
+            world=_worlds(w.get("world")),
         )
         for i, w in enumerate(doc["workloads"])
     ]
@@ -104,7 +110,19 @@ def _from_doc(doc: Any, file: str, sha256: str) -> Matrix:
         runners={k: list(v) for k, v in doc.get("runners", {}).items()},
         pin_sources={str(k): str(v) for k, v in doc.get("pin-source", {}).items()},
         requirements=tuple(str(r) for r in doc.get("requirements", ())),
+        launcher=dict(doc["launcher"]) if "launcher" in doc else None,
+        launcher_where={"file": file, "path": "$.launcher"},
     )
+
+
+def _worlds(world: dict[str, list[int]] | None) -> tuple[tuple[int, int], ...]:
+    """The (nodes, ranks per node) pairs a `world:` sweeps; an axis it leaves out is filled in
+    by expand() from the workload's default (ranks) or one node."""
+    if not world:
+        return ()
+    nodes = world.get("nodes") or [0]
+    ranks = world.get("ranks_per_node") or [0]
+    return tuple(itertools.product(nodes, ranks))
 
 
 def load_matrix(path: Path | None) -> Matrix:
@@ -146,6 +164,8 @@ def select(
         runners=matrix.runners,
         pin_sources=matrix.pin_sources,
         requirements=matrix.requirements,
+        launcher=matrix.launcher,
+        launcher_where=matrix.launcher_where,
     )
 
 
@@ -196,10 +216,20 @@ def expand(matrix: Matrix) -> tuple[list[CellSpec], dict[str, Resolved]]:
         backends = entry.backends or matrix.backends
         if matrix.backends and entry.backends:
             backends = tuple(b for b in entry.backends if b in matrix.backends)
+        if entry.world and not workload.distributed:
+            raise InputError(
+                f"workload {workload.name!r} runs in one process; only a distributed workload "
+                "(fsdp2, checkpoint, collectives, or a plugin that sets distributed = True) "
+                "takes a world",
+                file=matrix.file,
+                path=_entry_path(matrix, entry, "world"),
+            )
         for params in _grid(matrix, entry, resolved):
             if workload.skip_reason(params) is not None:
                 continue
-            for backend in backends:
+            default = workload.ranks(params, matrix.profile)
+            worlds = [(n or 1, r or default) for n, r in entry.world] or [(1, default)]
+            for (nodes, ranks), backend in itertools.product(worlds, backends):
                 cell = CellSpec(
                     workload=workload.name,
                     ref=entry.ref,
@@ -209,7 +239,9 @@ def expand(matrix: Matrix) -> tuple[list[CellSpec], dict[str, Resolved]]:
                     lane="prototype" if workload.prototype else entry.lane,
                     size_tag=workload.size_tag(params, matrix.profile),
                     timeout_s=entry.timeout_s or matrix.timeout_s,
-                    ranks=workload.ranks(params, matrix.profile),
+                    ranks=ranks,
+                    nodes=nodes,
+                    distributed=workload.distributed,
                 )
                 if cell.cell_id not in seen:
                     seen.add(cell.cell_id)

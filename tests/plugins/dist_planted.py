@@ -6,7 +6,7 @@ import ctypes
 import time
 from typing import Any
 
-from suite.workloads import CellContext, Workload
+from suite.workloads import CellContext, Param, Workload
 
 
 class TwoRanks(Workload):
@@ -68,3 +68,29 @@ class RankRaises(TwoRanks):
         if ctx.rank == 1:
             raise ValueError("planted: rank 1 gives up")
         dist.barrier()
+
+
+class Hold(Workload):
+    """A distributed cell that, once every rank is in, says so on its output and keeps its
+    ranks talking (an all_reduce every 50 ms) for `seconds`: long enough to kill a node's
+    agent or pull its cable while it runs. Rank 0 then measures one all_reduce."""
+
+    name = "hold"
+    distributed = True
+    params = (Param("seconds", (30, 300), (30,)),)
+
+    def ranks(self, params: Any, profile: str) -> int:
+        return 2
+
+    def run(self, ctx: CellContext) -> None:
+        import torch
+        import torch.distributed as dist
+
+        x = torch.ones(16)
+        dist.all_reduce(x)
+        print(f"holding on rank {ctx.rank}", flush=True)
+        end = time.monotonic() + float(ctx.params["seconds"])
+        while time.monotonic() < end:
+            dist.all_reduce(x)
+            time.sleep(0.05)
+        ctx.measure(lambda: dist.all_reduce(x), items_per_iter=16)
