@@ -122,6 +122,7 @@ def test_an_ab_across_worlds_has_a_scaling_row_with_both_pins_efficiencies(
         cwd=REPO, env={**os.environ, **THREADS_ENV}, capture_output=True, text=True,
         timeout=900,
     )  # fmt: skip
+    assert done.stdout.startswith("{"), done.stderr[-3000:]
     decision = json.loads(done.stdout)
     (cell,) = [c for c in decision["cells"] if c["cell_id"].startswith("scaling.")]
     assert cell["cell_id"] == "scaling.collectives.all_reduce.1KiB.c10d.n2x1-over-n1x1@cpu"

@@ -5,6 +5,7 @@ per cell; what comes back, and what a killed agent or a pulled cable leaves."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -169,7 +170,8 @@ def test_a_pulled_cable_times_out_naming_the_silent_node(hosts: Hosts, tmp_path:
 
 def test_diverging_cell_orders_never_join_one_rendezvous(tmp_path: Path) -> None:
     """Two nodes each at a different cell, at one endpoint: the rendezvous ids differ, so
-    neither trains with the other; both give up at the join timeout."""
+    neither trains with the other; the hosting node gives up at the join timeout and the
+    other loses the store it waited on."""
     from suite.core.spec import CellSpec
     from suite.core.wire import RECORD_MARK
     from suite.execute.environment import RunOptions, worker_env
@@ -194,7 +196,7 @@ def test_diverging_cell_orders_never_join_one_rendezvous(tmp_path: Path) -> None
     for log in logs:
         text = log.read_text(errors="replace")
         assert RECORD_MARK not in text
-        assert "RendezvousTimeoutError" in text or "timed out" in text.lower(), text[-2000:]
+        assert re.search(r"Rendezvous(Timeout|Connection)Error", text), text[-2000:]
 
 
 def test_the_ssh_launcher_runs_the_same_cells_through_a_real_sshd(

@@ -222,9 +222,12 @@ def _cell_options() -> list[Callable[[Any], Any]]:
         ),
         click.option(
             "--launcher",
-            metavar="KIND|FILE",
-            help="Where a distributed cell's nodes run: local, or a YAML file holding a "
-            "launcher (kind: ssh, hosts: [...]); overrides the matrix's launcher:.",
+            metavar="KIND|FILE|JSON",
+            envvar="TORCH_MATRIX_LAUNCHER",
+            help="Where a distributed cell's nodes run: local, a YAML file holding a "
+            "launcher (kind: ssh, hosts: [...]), or that mapping as JSON; overrides the "
+            "matrix's launcher: (also $TORCH_MATRIX_LAUNCHER, where the reusable workflow "
+            "puts a backend's launcher).",
         ),
     ]
 

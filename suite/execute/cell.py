@@ -191,11 +191,13 @@ def run_cell(
         from suite.execute.multinode import run_on_nodes, unplaceable
         from suite.execute.nodes import node_launcher
 
+        placer = nodes or node_launcher(None, {})
+        image = None
         if options.launcher is not run_process:
-            return unplaceable(spec, run_id, run_dir, round_no)
-        return run_on_nodes(
-            spec, run_id, run_dir, options, env, round_no, nodes or node_launcher(None, {})
-        )
+            image = getattr(options.launcher, "digest", None)
+            if not (image and placer.runs_images):
+                return unplaceable(spec, run_id, run_dir, round_no)
+        return run_on_nodes(spec, run_id, run_dir, options, env, round_no, placer, image)
     path = cell_file(run_dir, spec.cell_id, round_no)
     path.unlink(missing_ok=True)
     log = run_dir / "logs" / (path.stem + ".log")

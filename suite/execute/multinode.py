@@ -51,6 +51,9 @@ from suite.execute.nodes import Agent, NodeLauncher, route_from_here
 
 # A node is silent when its last beat is this much older than the end of the cell.
 SILENT_AFTER_S = 4 * BEAT_INTERVAL_S
+# How long the other nodes' agents may take to end on their own once one node's agent failed
+# (its ranks' peers see their connections close) before they are stopped.
+PEER_GRACE_S = 30.0
 
 
 def rendezvous_id(run_id: str, stem: str) -> str:
@@ -139,12 +142,18 @@ def run_agents(
     deadline = start + timeout_s
     codes: list[int | None] = [None] * len(procs)
     walls: list[float] = [0.0] * len(procs)
+    orphaned = False  # a node's agent was killed: the others can only fail or hang now
     while any(c is None for c in codes) and time.perf_counter() < deadline:
         for i, proc in enumerate(procs):
             if codes[i] is None and proc.poll() is not None:
                 codes[i], walls[i] = proc.returncode, time.perf_counter() - start
+                code = proc.returncode
+                if (code < 0 or 128 < code < 193) and not orphaned:  # killed, here or remote
+                    orphaned, deadline = True, min(deadline, time.perf_counter() + PEER_GRACE_S)
         time.sleep(0.05)
-    timed_out = [c is None for c in codes]
+    # Agents still running at the cell's timeout timed out; those stopped after a peer was
+    # killed (torchrun restarts nothing: a lost node never comes back) did not: it is the cause.
+    timed_out = [c is None and not orphaned for c in codes]
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for proc in procs:
             if proc.poll() is None:
@@ -162,7 +171,7 @@ def run_agents(
             returncode=None if late else code,
             signal_name=None if late or code is None else signal_name(code),
             timed_out=late,
-            wall_s=wall if late else w,
+            wall_s=wall if code is None else w,
             maxrss_bytes=None,
             pid=proc.pid,
         )
@@ -185,31 +194,35 @@ def run_on_nodes(
     env: Mapping[str, str],
     round_no: int,
     nodes: NodeLauncher,
+    image: str | None = None,
 ) -> Result:
-    """Run SPEC's world on NODES' nodes; the record global rank 0 said, or one that names
-    the node that failed it."""
+    """Run SPEC's world on NODES' nodes (from IMAGE, where the side is an image); the record
+    global rank 0 said, or one that names the node that failed it."""
     path = cell_file(run_dir, spec.cell_id, round_no)
     path.unlink(missing_ok=True)
     nodes.check_nodes(spec.nodes)
+    rdzv_id = rendezvous_id(run_id, path.stem)
+    nodes.begin(rdzv_id)
     addresses = nodes.addresses(spec.nodes)
     endpoint = f"{addresses[0]}:{nodes.port()}"
-    rdzv_id = rendezvous_id(run_id, path.stem)
     timeout = options.timeout_s or spec.timeout_s
     beats = Heartbeats(addresses[0], rdzv_id)
     logs = [run_dir / "logs" / f"{path.stem}.node{i}.log" for i in range(spec.nodes)]
     started_at = utc_now()
     try:
         join = nodes.join_timeout_s or timeout
-        commands = []
+        agents = []
         for i, address in enumerate(addresses):
             argv = agent_argv(
                 spec, options, path, run_id, round_no, endpoint, rdzv_id, i, address, join
             )
             agent_env = _agent_env(env, nodes, run_dir, path.stem, i, spec.nodes, beats, rdzv_id)
-            commands.append(nodes.start_command(Agent(i, argv, agent_env, private=run_dir)))
+            agents.append(Agent(i, argv, agent_env, private=run_dir, image=image))
+        commands = nodes.place(agents)
         exits = [nodes.reported(e) for e in run_agents(commands, logs, timeout)]
     finally:
         beats.stop()
+        nodes.finish()
         for i in range(spec.nodes):  # the nodes' compile caches, where they are this host's
             shutil.rmtree(run_dir / ".inductor-cache" / f"{path.stem}.node{i}", ignore_errors=True)
     texts = [read_tail(log, LOG_READ_LIMIT) for log in logs]
@@ -341,12 +354,13 @@ def _tails(texts: Sequence[str], names: Sequence[str]) -> str:
 
 
 def unplaceable(spec: CellSpec, run_id: str, run_dir: Path, round_no: int) -> Result:
-    """A side whose workers start in a container here places no cell on other nodes."""
+    """A side whose workers start in a container places its cell's nodes only through a
+    launcher that runs images (ssh, kubernetes); any other places none."""
     path = cell_file(run_dir, spec.cell_id, round_no)
     doc = failure_result(
         spec, run_id, round_no, status="skipped", mode="unavailable",
-        message="a cell on several nodes runs its agents from an interpreter or venv side; "
-        "this side starts its workers in a container here, which places no node elsewhere",
+        message="this side is an image: a cell on several nodes runs it through a launcher "
+        "that starts the image on each node (ssh, kubernetes); this one runs interpreters",
         started_at=utc_now(), wall_s=0.0,
     )  # fmt: skip
     write_result(path, doc)

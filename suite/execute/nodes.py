@@ -39,12 +39,14 @@ class Agent:
     argv: Sequence[str]  # python -m torch.distributed.run ... -m suite.worker cell ...
     env: Mapping[str, str]  # the agent's whole environment, world variables included
     private: Path  # the run folder: a node of its own may see it empty (local netns)
+    image: str | None = None  # the side's image by digest, where the side is an image
 
 
 class NodeLauncher:
     """Places one agent per node. Subclasses register under their `kind`."""
 
     kind: ClassVar[str] = ""
+    runs_images: ClassVar[bool] = False  # can start an image side's agents on its nodes
     settings_allowed: ClassVar[frozenset[str]] = frozenset({"kind", "address", "port"})
 
     def __init__(self, settings: Mapping[str, Any], where: dict[str, str]) -> None:
@@ -87,6 +89,16 @@ class NodeLauncher:
         """The local process that starts AGENT on its node, and its environment."""
         return list(agent.argv), agent.env
 
+    def begin(self, rdzv_id: str) -> None:
+        """Called first for each cell, with its rendezvous id (before addresses)."""
+
+    def place(self, agents: Sequence[Agent]) -> list[tuple[list[str], Mapping[str, str] | None]]:
+        """The local processes that start the cell's agents, one per node."""
+        return [self.start_command(agent) for agent in agents]
+
+    def finish(self) -> None:
+        """Called after the cell's agents ended or were stopped: whatever place() left."""
+
     @property
     def plain(self) -> bool:
         """Every node is this host, as it is: a one-node cell needs no launcher at all."""
@@ -107,6 +119,14 @@ class NodeLauncher:
                 f"a cell of {nodes} nodes, but the {self.kind} launcher places {can}",
                 **self.where,
             )
+
+
+def remote_exit(outcome: ProcessExit) -> ProcessExit:
+    """An exit a remote shell or a container reported: 128+n is signal n."""
+    code = outcome.returncode
+    if code is not None and 128 < code < 128 + 65:
+        return replace(outcome, returncode=-(code - 128), signal_name=signal_name(128 - code))
+    return outcome
 
 
 def route_from_here(address: str) -> str:
@@ -185,6 +205,7 @@ class SshLauncher(NodeLauncher):
     here is killed there."""
 
     kind = "ssh"
+    runs_images = True
     settings_allowed = NodeLauncher.settings_allowed | {"hosts", "ssh_options"}
 
     def __init__(self, settings: Mapping[str, Any], where: dict[str, str]) -> None:
@@ -196,30 +217,33 @@ class SshLauncher(NodeLauncher):
         return len(self.settings["hosts"])
 
     def reported(self, outcome: ProcessExit) -> ProcessExit:
-        code = outcome.returncode
-        if code is not None and 128 < code < 128 + 65:
-            return replace(outcome, returncode=-(code - 128), signal_name=signal_name(128 - code))
-        return outcome
+        return remote_exit(outcome)
 
     def default_addresses(self, nodes: int) -> list[str]:
         return [str(h).rpartition("@")[2] for h in self.settings["hosts"][:nodes]]
 
     def start_command(self, agent: Agent) -> tuple[list[str], Mapping[str, str] | None]:
         # Only what the harness set travels: the remote host keeps its own PATH and HOME.
-        exports = " ".join(
-            f"{k}={shlex.quote(v)}"
-            for k, v in sorted(agent.env.items())
-            if k in _REMOTE_ENV
-            or k.startswith(("TORCH_MATRIX_", "GLOO_", "NCCL_", "TORCHINDUCTOR_"))
-        )
+        exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in exported_env(agent.env).items())
+        run, stop = shlex.join(agent.argv), "kill -KILL -$agent"
+        if agent.image:  # the side's image, by digest, on the host's own Docker
+            name = f"torch-matrix-{agent.env.get('TORCH_MATRIX_RDZV_ID', 'cell')}-{agent.node}"
+            name = re.sub(r"[^A-Za-z0-9_.-]", "-", name)[:120]
+            flags = " ".join(f"-e {k}" for k in exported_env(agent.env))
+            folder = shlex.quote(str(agent.private))
+            run = (
+                f"docker run --rm --network host --ipc host --name {name} {flags} "
+                f"-v {folder}:{folder} -w {folder} {shlex.quote(agent.image)} {run}"
+            )
+            stop = f"docker rm -f {name}; {stop}"
         # The agent runs in the background; when ssh's standard input ends (the coordinator
         # closed it or died), its whole process group is stopped. A background job's input
         # is /dev/null in a shell without job control: the watcher reads the session's input
         # through fd 3, and holds none of its output, so the session ends when the agent does.
         remote = (
             f"mkdir -p {shlex.quote(str(agent.private))} && cd {shlex.quote(str(agent.private))} "
-            f"&& exec 3<&0 && {{ env {exports} setsid {shlex.join(agent.argv)} </dev/null & "
-            "agent=$!; ( cat <&3 >/dev/null; kill -KILL -$agent ) >/dev/null 2>&1 & watcher=$!; "
+            f"&& exec 3<&0 && {{ env {exports} setsid {run} </dev/null & "
+            f"agent=$!; ( cat <&3 >/dev/null; {stop} ) >/dev/null 2>&1 & watcher=$!; "
             "wait $agent; code=$?; kill $watcher 2>/dev/null; exit $code; }"
         )
         options = [str(o) for o in self.settings.get("ssh_options", [])]
@@ -312,46 +336,74 @@ def _split_top(text: str) -> list[str]:
 
 _REMOTE_ENV = frozenset({"PYTHONPATH", "PYTHONUNBUFFERED", "OMP_NUM_THREADS"})
 
-LAUNCHERS: dict[str, type[NodeLauncher]] = {
-    "local": LocalLauncher,
-    "ssh": SshLauncher,
-    "slurm": SlurmLauncher,
-}
+
+def exported_env(env: Mapping[str, str]) -> dict[str, str]:
+    """What of an agent's environment travels to another host: what the harness set, never
+    the coordinator's own PATH, HOME or credentials."""
+    return {
+        k: v
+        for k, v in sorted(env.items())
+        if k in _REMOTE_ENV or k.startswith(("TORCH_MATRIX_", "GLOO_", "NCCL_", "TORCHINDUCTOR_"))
+    }
+
+
+def launchers() -> dict[str, type[NodeLauncher]]:
+    """The registry: one entry per kind."""
+    from suite.execute.kube import KubernetesLauncher
+
+    return {
+        "local": LocalLauncher,
+        "ssh": SshLauncher,
+        "slurm": SlurmLauncher,
+        "kubernetes": KubernetesLauncher,
+    }
 
 
 def node_launcher(settings: Mapping[str, Any] | None, where: dict[str, str]) -> NodeLauncher:
     """The launcher SETTINGS name (None: local, every node on this host)."""
     settings = dict(settings or {"kind": "local"})
     kind = str(settings.get("kind", ""))
-    if kind not in LAUNCHERS:
-        raise InputError(
-            f"unknown launcher {kind!r}; expected one of {', '.join(LAUNCHERS)}", **where
-        )
-    return LAUNCHERS[kind](settings, where)
+    known = launchers()
+    if kind not in known:
+        raise InputError(f"unknown launcher {kind!r}; expected one of {', '.join(known)}", **where)
+    return known[kind](settings, where)
 
 
 def launcher_option(value: str | None) -> tuple[dict[str, Any] | None, dict[str, str]]:
-    """--launcher: a bare kind, or a YAML file holding the launcher mapping."""
-    if value is None:
+    """--launcher: a bare kind, a YAML file holding the launcher mapping, or the mapping as
+    JSON (null or empty: none, as the reusable workflow says for a backend that names none)."""
+    if value is None or value.strip() in ("", "null"):
         return None, {}
-    if value in LAUNCHERS:
+    if value in launchers():
         return {"kind": value}, {"option": "--launcher"}
+    import json
+
     import jsonschema
 
     from suite.core.errors import SchemaErrors
     from suite.core.validation import json_path, load_spec_document, schema
 
-    if not Path(value).is_file():
+    where: dict[str, str] = {"option": "--launcher"}
+    if value.lstrip().startswith("{"):
+        try:
+            doc = json.loads(value)
+        except ValueError as exc:
+            raise InputError(f"the launcher is not JSON: {exc}", **where) from None
+    elif Path(value).is_file():
+        doc, _ = load_spec_document(Path(value))
+        where = {"file": value}
+    else:
         raise InputError(
-            f"{value!r} is neither a launcher kind ({', '.join(LAUNCHERS)}) nor a file",
-            option="--launcher",
+            f"{value!r} is neither a launcher kind ({', '.join(launchers())}), a file, nor "
+            "a JSON mapping",
+            **where,
         )
-    doc, _ = load_spec_document(Path(value))
     launcher = schema("matrix.schema.json")["$defs"]["launcher"]
     errors = list(jsonschema.Draft202012Validator(launcher).iter_errors(doc))
     if errors:
-        raise SchemaErrors([(json_path(e.absolute_path), e.message) for e in errors], file=value)
-    return dict(doc), {"file": value}
+        problems = [(json_path(e.absolute_path), e.message) for e in errors]
+        raise SchemaErrors(problems, file=where.get("file", "--launcher"))
+    return dict(doc), where
 
 
 def choose_launcher(matrix: Matrix, cells: Sequence[CellSpec], option: str | None) -> None:

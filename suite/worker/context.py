@@ -290,7 +290,7 @@ def fill_measurements(doc: Result, ctx: WorkerContext) -> None:
         doc["instructions"] = ctx.counted
     doc["correctness"] = _correctness(ctx.checks)
     doc["metrics"] = ctx.metrics
-    doc["warnings"] = ctx.warnings
+    doc["warnings"] = [*doc.get("warnings", []), *ctx.warnings]  # what the worker said first stays
     if ctx.curve is not None:
         doc["loss_curve"] = ctx.curve
     if ctx.model_record is not None:

@@ -39,8 +39,46 @@ DISTURBED_CPUS = 0.25
 _BUSY_FIELDS = (0, 1, 2, 5, 6, 7)
 
 
+# torchrun gives every rank of one cell (every node's, every round's own rendezvous) this
+# variable, with the same value: the processes that carry it are the cell's own, not others.
+_CELL_RUN_VAR = "TORCHELASTIC_RUN_ID"
+
+
+def _process_cpu_s(pid: str, tick: int) -> float:
+    """User plus system seconds of PID so far; 0 when it is gone or cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / tick
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def cell_cpu_s(tick: int) -> float:
+    """CPU seconds of this cell's own processes: every rank of it on this host (one node's, or
+    every node's where a local launcher placed them all here) — found by the run id torchrun
+    gave them — else this process's alone."""
+    run_id = os.environ.get(_CELL_RUN_VAR)
+    if not run_id:
+        return time.process_time()
+    wanted = b"\0" + f"{_CELL_RUN_VAR}={run_id}".encode() + b"\0"
+    total = 0.0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as environ:
+                carries = wanted in b"\0" + environ.read() + b"\0"
+        except OSError:
+            continue
+        if carries:
+            total += _process_cpu_s(pid, tick)
+    return total or time.process_time()
+
+
 def cpu_reading() -> CpuReading | None:
-    """The CPU reading of this process's allowed CPUs; None where /proc/stat is not there."""
+    """The CPU reading of this process's allowed CPUs; None where /proc/stat is not there.
+    Own seconds are the cell's: on a two-core runner a cell's ranks keep each other busy."""
     try:
         allowed = os.sched_getaffinity(0)
         with open("/proc/stat", encoding="ascii") as stat:
@@ -54,7 +92,7 @@ def cpu_reading() -> CpuReading | None:
         if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in allowed:
             values = [int(f) for f in fields]
             busy += sum(values[i] for i in _BUSY_FIELDS if i < len(values))
-    return CpuReading(busy / tick, time.process_time(), len(allowed))
+    return CpuReading(busy / tick, cell_cpu_s(tick), len(allowed))
 
 
 def disturbance(
