@@ -108,11 +108,14 @@ profiles:
 def test_an_ab_across_worlds_has_a_scaling_row_with_both_pins_efficiencies(
     tmp_path: Path,
 ) -> None:
-    """One node and two on this host, an A/A of this interpreter: the scaling cell joins the
-    case's row with both efficiencies. Its verdict is the machine's timing (not asserted here;
-    tests/test_scaling.py holds the gate's logic on planted records)."""
+    """One node and two, of two ranks each, on this host, an A/A of this interpreter: the
+    scaling cell joins the case's row with both efficiencies. Its verdict is the machine's
+    timing (not asserted here; tests/test_scaling.py holds the gate's logic on planted
+    records)."""
     matrix = tmp_path / "m.yaml"
-    matrix.write_text(MATRIX.replace("nodes: [2]", "nodes: [1, 2]"))
+    matrix.write_text(
+        MATRIX.replace("nodes: [2], ranks_per_node: [1]", "nodes: [1, 2], ranks_per_node: [2]")
+    )
     policy = tmp_path / "p.yaml"
     policy.write_text(POLICY)
     done = subprocess.run(
@@ -125,7 +128,7 @@ def test_an_ab_across_worlds_has_a_scaling_row_with_both_pins_efficiencies(
     assert done.stdout.startswith("{"), done.stderr[-3000:]
     decision = json.loads(done.stdout)
     (cell,) = [c for c in decision["cells"] if c["cell_id"].startswith("scaling.")]
-    assert cell["cell_id"] == "scaling.collectives.all_reduce.1KiB.c10d.n2x1-over-n1x1@cpu"
+    assert cell["cell_id"] == "scaling.collectives.all_reduce.1KiB.c10d.n2x2-over-n1x2@cpu"
     assert cell["row_id"] == "collectives@cpu"
     (gate,) = cell["gates"]
     assert gate["verdict"] in ("pass", "fail", "improved", "inconclusive"), gate["message"]

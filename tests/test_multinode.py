@@ -155,7 +155,7 @@ def test_a_killed_agent_crashes_the_cell_naming_its_node(hosts: Hosts, tmp_path:
 
 def test_a_pulled_cable_times_out_naming_the_silent_node(hosts: Hosts, tmp_path: Path) -> None:
     out = tmp_path / "cable"
-    proc = _start_hold(hosts, out, timeout=60)
+    proc = _start_hold(hosts, out, timeout=90)
     hosts.link(1, up=False)
     try:
         assert proc.wait(timeout=240) == 1

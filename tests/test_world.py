@@ -72,7 +72,7 @@ def test_plain_cells_keep_their_ids_and_hashes() -> None:
     [
         (
             "{kind: slurmish}",
-            "'slurmish' is not one of ['local', 'ssh', 'slurm']",
+            "'slurmish' is not one of ['local', 'ssh', 'slurm', 'kubernetes']",
             "$.launcher.kind",
         ),
         ("{kind: ssh}", "the ssh launcher needs hosts", "$.launcher"),
