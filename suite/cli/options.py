@@ -136,7 +136,7 @@ class CellChoice:
     def select(self, size: str | None = None) -> tuple[Matrix, list[CellSpec], dict[str, Resolved]]:
         """The matrix and its chosen cells; size overrides --size (a deprecated spelling), and
         --launcher the matrix's launcher."""
-        from suite.execute.nodes import choose_launcher
+        from suite.execute.launchers import choose_launcher
 
         matrix, cells, resolved = checked_select(
             self.matrix_file, self.workloads, self.backends, self.cell_ids, size or self.size

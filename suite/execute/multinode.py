@@ -38,16 +38,16 @@ from suite.core.wire import (
     RECORD_MARK,
     heard,
 )
-from suite.execute.cell import (
+from suite.execute.environment import RunOptions
+from suite.execute.launch import TERM_GRACE_S, ProcessExit, _preexec, read_tail, signal_name
+from suite.execute.nodes import Agent, NodeLauncher, route_from_here
+from suite.execute.outcome import (
     LOG_READ_LIMIT,
     rank_failures,
     rank_outcome,
     torchrun_deaths,
     worker_call,
 )
-from suite.execute.environment import RunOptions
-from suite.execute.launch import TERM_GRACE_S, ProcessExit, _preexec, read_tail, signal_name
-from suite.execute.nodes import Agent, NodeLauncher, route_from_here
 
 # A node is silent when its last beat is this much older than the end of the cell.
 SILENT_AFTER_S = 4 * BEAT_INTERVAL_S

@@ -27,7 +27,7 @@ from suite.execute.cell import run_cell, worker_argv
 from suite.execute.environment import RunOptions, probe_environment, worker_env
 from suite.execute.forkclient import ForkServer, fork_launcher_enabled
 from suite.execute.launch import Launcher, Step, run_process
-from suite.execute.nodes import node_launcher
+from suite.execute.launchers import node_launcher
 from suite.execute.progress import Progress
 from suite.execute.run_dir import (
     existing_run,
