@@ -15,7 +15,9 @@ import pytest
 from suite.core.results import read_result
 from tests.helpers import REPO, TESTS, THREADS_ENV
 
-pytestmark = pytest.mark.slow
+# Several agents and ranks at once (an A/B of them whose rounds must be undisturbed): no other
+# test runs beside them, and none of theirs beside another's timed rounds.
+pytestmark = [pytest.mark.slow, pytest.mark.alone]
 SRUN = TESTS / "standins" / "srun"
 CELL = "collectives.all_reduce.1KiB.c10d.n2x1@cpu"
 MATRIX = """\
