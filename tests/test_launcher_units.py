@@ -144,3 +144,47 @@ def test_a_cells_own_ranks_are_its_own_cpu_not_a_disturbance() -> None:
     finally:
         other.kill()
         other.wait()
+
+
+_BEATER = """
+import json, signal, socket, sys, time
+node, address, cell, forever = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4] == "1"
+host, port = address.rsplit(":", 1)
+sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+told = []
+signal.signal(signal.SIGTERM, lambda *_: told.append(1))  # stops beating, does not exit
+beat = json.dumps({"cell": cell, "node": node}).encode()
+sock.sendto(beat, (host, int(port)))
+while True:
+    time.sleep(0.2)
+    if forever and not told:
+        sock.sendto(beat, (host, int(port)))
+"""
+
+
+def test_the_silent_node_is_judged_at_the_timeout_not_after_the_agents_were_stopped(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Node 0 beats until it is told to stop, which takes the stop's grace; node 1 beat once.
+    Only node 1 is named: the silence that stopping causes is not a fault."""
+    from suite.execute import multinode
+
+    monkeypatch.setattr(multinode, "SILENT_AFTER_S", 1.0)
+    beats = multinode.Heartbeats("127.0.0.1", "R.c.1")
+    try:
+        agents = [
+            ([sys.executable, "-c", _BEATER, str(i), beats.address, "R.c.1", str(int(i == 0))],
+             None)
+            for i in (0, 1)
+        ]  # fmt: skip
+        logs = [tmp_path / "n0.log", tmp_path / "n1.log"]
+        exits = multinode.run_agents(agents, logs, timeout_s=3, stopping=beats.end)
+    finally:
+        beats.stop()
+    assert [e.timed_out for e in exits] == [True, True]
+    status, _, message = multinode._what_failed(
+        ["", ""], "R", exits, ["node 0 (a)", "node 1 (b)"], beats, 3
+    )
+    assert status == "timeout"
+    assert "node 1 (b) stopped answering" in message
+    assert "node 0 (a)" not in message, message

@@ -22,7 +22,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from suite.core.records import FailureMode, Result, Status
@@ -91,6 +91,7 @@ class Heartbeats:
     def __init__(self, toward: str, rdzv_id: str) -> None:
         self.rdzv_id = rdzv_id
         self.last: dict[int, float] = {}
+        self.ended: float | None = None  # when the agents were told to stop
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
             here = route_from_here(toward)
@@ -113,7 +114,13 @@ class Heartbeats:
             with contextlib.suppress(ValueError, TypeError):
                 beat = json.loads(data)
                 if beat.get("cell") == self.rdzv_id and isinstance(beat.get("node"), int):
-                    self.last[beat["node"]] = time.monotonic()
+                    if self.ended is None:
+                        self.last[beat["node"]] = time.monotonic()
+
+    def end(self) -> None:
+        """The agents are being stopped: silence from here on is the stop, not the fault."""
+        if self.ended is None:
+            self.ended = time.monotonic()
 
     def stop(self) -> None:
         self._stop.set()
@@ -125,9 +132,11 @@ def run_agents(
     commands: Sequence[tuple[list[str], Mapping[str, str] | None]],
     logs: Sequence[Path],
     timeout_s: float,
+    stopping: Callable[[], None] | None = None,
 ) -> list[ProcessExit]:
     """Start every node's agent at once; wait for all of them, and stop them all (their whole
-    process groups; an ssh agent stops when its input closes) at the timeout."""
+    process groups; an ssh agent stops when its input closes) at the timeout. `stopping` is
+    called once the wait is over, before any agent is signalled."""
     procs = []
     start = time.perf_counter()
     for (argv, env), log in zip(commands, logs, strict=True):
@@ -154,6 +163,8 @@ def run_agents(
     # Agents still running at the cell's timeout timed out; those stopped after a peer was
     # killed (torchrun restarts nothing: a lost node never comes back) did not: it is the cause.
     timed_out = [c is None and not orphaned for c in codes]
+    if stopping is not None:
+        stopping()
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for proc in procs:
             if proc.poll() is None:
@@ -219,7 +230,7 @@ def run_on_nodes(
             agent_env = _agent_env(env, nodes, run_dir, path.stem, i, spec.nodes, beats, rdzv_id)
             agents.append(Agent(i, argv, agent_env, private=run_dir, image=image))
         commands = nodes.place(agents)
-        exits = [nodes.reported(e) for e in run_agents(commands, logs, timeout)]
+        exits = [nodes.reported(e) for e in run_agents(commands, logs, timeout, beats.end)]
     finally:
         beats.stop()
         nodes.finish()
@@ -336,7 +347,7 @@ def _silent(beats: Heartbeats, names: Sequence[str]) -> str:
     """Which nodes stopped answering before the end, by their heartbeats."""
     if not beats.last:
         return f"No node's heartbeat reached the coordinator at {beats.address}."
-    now = time.monotonic()
+    now = beats.ended if beats.ended is not None else time.monotonic()
     silent = []
     for i, name in enumerate(names):
         last = beats.last.get(i)
