@@ -113,9 +113,9 @@ class Heartbeats:
                 continue
             with contextlib.suppress(ValueError, TypeError):
                 beat = json.loads(data)
-                if beat.get("cell") == self.rdzv_id and isinstance(beat.get("node"), int):
-                    if self.ended is None:
-                        self.last[beat["node"]] = time.monotonic()
+                node, cell = beat.get("node"), beat.get("cell")
+                if cell == self.rdzv_id and isinstance(node, int) and self.ended is None:
+                    self.last[node] = time.monotonic()
 
     def end(self) -> None:
         """The agents are being stopped: silence from here on is the stop, not the fault."""
