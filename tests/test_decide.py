@@ -16,6 +16,8 @@ from suite.flows.compare import decide
 from suite.judge.policy import load_policy
 from suite.judge.rules import TIMING_GATES, apply_rules, exit_code, overall
 from suite.judge.sequential import STEADY_STATE_GATES
+from suite.report import render_markdown, render_table
+from suite.report.escape import md
 from tests.helpers import cli
 from tests.synthetic import ENV, Cell, make_run, research_decision
 
@@ -221,6 +223,11 @@ def test_isolatable_rows(tmp_path: Path) -> None:
     ok = Cell(workload="flex_attention", backend="cuda")
     d = _decide(tmp_path, [ok], [crash], profile="distributed-finetune")
     assert d["rows"][0]["isolatable"] is True
+    # The profile requires FSDP2, checkpoint and recovery rows: without them nothing is isolated.
+    assert d["decision"] == "defer"
+    assert d["reasons"][0].startswith("required rows without evidence")
+    required = [Cell(workload=w, backend="cuda") for w in ("fsdp2", "checkpoint", "recovery")]
+    d = _decide(tmp_path / "2", [ok, *required], [crash, *required], profile="distributed-finetune")
     assert d["decision"] == "isolate"
 
 
@@ -450,3 +457,20 @@ def test_headline_without_cells_still_does_not_claim_a_pass(tmp_path: Path) -> N
     (line,) = [r for r in d["reasons"] if r.startswith("no rule blocks any of 1 row")]
     assert line.startswith("no rule blocks any of 1 row: 1 has gates that did not pass")
     assert "inconclusive" in line
+
+
+def test_a_cell_skipped_on_both_sides_for_a_missing_package_is_named_in_the_comment(
+    tmp_path: Path,
+) -> None:
+    # The row has evidence from its other cell, so it stays in the table; the skipped cell
+    # would otherwise show only as one 'unsupported' among the row's verdicts.
+    ran = Cell(workload="collectives", case="c10d")
+    skipped = Cell(workload="collectives", case="torchcomms", status="skipped",
+                   failure_mode="dependency", message="torchcomms is not installed")  # fmt: skip
+    d = _decide(tmp_path, [ran, skipped], [ran, skipped])
+    assert _gate(d, "collectives.torchcomms@cpu", "status")["verdict"] == "unsupported"
+    said = "Skipped on both sides, no evidence either way: collectives.torchcomms@cpu "
+    text = render_table(d)
+    assert said + "(torchcomms is not installed)." in text
+    assert "collectives.c10d@cpu" not in text.split("Skipped on both sides")[1]
+    assert md(said) in render_markdown(d)

@@ -21,7 +21,7 @@ def dist_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path]:
     matrix.write_text(
         "version: 1\nbackends: [cpu]\nworkloads:\n"
         f"  - workload: '{PLANTED}:RankCrash'\n"
-        f"  - workload: '{PLANTED}:RankHang'\n    timeout: 15\n"
+        f"  - workload: '{PLANTED}:RankHang'\n    timeout: 30\n"
         f"  - workload: '{PLANTED}:AllReduce'\n"
         f"  - workload: '{PLANTED}:RankRaises'\n    timeout: 120\n"
     )
@@ -51,7 +51,15 @@ def test_rank_crash_recorded_and_run_goes_on(dist_run: tuple[int, Path]) -> None
 def test_rank_hang_recorded_as_timeout(dist_run: tuple[int, Path]) -> None:
     doc = read_result(dist_run[1] / "cells" / "rank_hang@cpu.json")
     assert doc["status"] == "timeout"
-    assert "15s" in doc["failure"]["message"]
+    message = doc["failure"]["message"]
+    assert "30s" in message
+    # Each rank said its stacks before the stop: rank 1 sleeps outside the barrier rank 0 waits in.
+    hang = doc["hang"]
+    assert hang["never_arrived"] == [1] and hang["unheard"] == []
+    ranks = {r["rank"]: r for r in hang["ranks"]}
+    assert "time.sleep(3600)" in ranks[1]["top"] and "(main)" in ranks[1]["stacks"]
+    assert ranks[0]["in_collective"] is True
+    assert "rank 1 never reached the collective the others wait in" in message
 
 
 def test_rank_exception_ends_the_cell_with_its_own_failure(dist_run: tuple[int, Path]) -> None:

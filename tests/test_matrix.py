@@ -72,9 +72,21 @@ def test_unknown_workload_names_path(tmp_path: Path) -> None:
 
 def test_default_matrix_has_every_builtin() -> None:
     cells, resolved = expand(load_matrix(None))
-    assert set(resolved) == {"flex_attention", "sdpa", "linear_cross_entropy", "mlp_train"}
+    assert set(resolved) == {
+        "flex_attention", "sdpa", "linear_cross_entropy", "mlp_train",
+        "collectives", "fsdp2", "checkpoint", "recovery",
+    }  # fmt: skip
     ids = {c.cell_id for c in cells}
     assert "flex_attention.causal.none.eager.fp32.fwd_bwd.s512@cpu" in ids
+    # Every default decision has distributed evidence: two gloo ranks on this host.
+    distributed = {c.cell_id for c in cells if c.distributed and c.backend == "cpu"}
+    assert distributed == {
+        "collectives.all_reduce.1MiB.c10d.n1x2@cpu",
+        "collectives.all_reduce.1MiB.torchcomms.n1x2@cpu",
+        "fsdp2.d256.n1x2@cpu",
+        "checkpoint.false.d256.n1x2@cpu",
+        "recovery.kill_rank.none.d256.n1x2@cpu",
+    }
     assert {c.backend for c in cells} == {"cpu", "cuda", "rocm", "mps"}
     assert len(ids) == len(cells)
 

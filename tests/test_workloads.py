@@ -34,6 +34,10 @@ def test_default_run_completes_and_validates(default_run: tuple[int, Path]) -> N
         "sdpa",
         "linear_cross_entropy",
         "mlp_train",
+        "collectives",
+        "fsdp2",
+        "checkpoint",
+        "recovery",
     }
     vcode, stdout, _ = cli("validate", str(out))
     assert vcode == 0 and stdout.count("ok  ") == len(cells) + 1
@@ -50,6 +54,10 @@ def test_every_cpu_cell_runs_or_is_unsupported_backward(default_run: tuple[int, 
         ):
             assert doc["status"] == "unsupported", cell_id
             assert "FlexAttention does not support backward on CPU" in doc["failure"]["message"]
+            continue
+        if doc["spec"]["params"].get("api") == "torchcomms":  # not installed here
+            assert doc["status"] == "skipped", cell_id
+            assert "torchcomms" in doc["failure"]["message"], cell_id
             continue
         assert doc["status"] == "ok", (cell_id, doc["failure"])
         assert doc["correctness"]["passed"], cell_id

@@ -155,8 +155,12 @@ def test_the_ssh_agent_carries_only_the_harness_environment_and_stops_with_its_i
 
 
 class _Beats:
-    def __init__(self, last: dict[int, float], address: str = "10.0.0.254:4000") -> None:
-        self.last, self.address = last, address
+    """Heartbeats heard until `ended`, the moment the agents were told to stop."""
+
+    def __init__(
+        self, last: dict[int, float], ended: float, address: str = "10.0.0.254:4000"
+    ) -> None:
+        self.last, self.ended, self.address = last, ended, address
 
 
 def _exit(code: int | None = 0, sig: str | None = None, late: bool = False) -> ProcessExit:
@@ -190,7 +194,8 @@ def test_a_cell_on_several_nodes_names_the_node_that_failed_it(
     from suite.execute.multinode import _what_failed
 
     now = time.monotonic()
-    beats: Any = _Beats({n: now + t for n, t in last.items()})
+    # Judged at the stop, not later: the minute after it (the stop's grace) changes nothing.
+    beats: Any = _Beats({n: now - 60 + t for n, t in last.items()}, ended=now - 60)
     got = _what_failed(["", ""], "R", exits, NAMES, beats, 60)
     assert got[:2] == (status, mode) and said in got[2], got
 
@@ -201,7 +206,9 @@ def test_a_rank_that_raised_on_another_node_gives_the_cell_its_status() -> None:
 
     part = {"run_id": "R", "rank": 3, "status": "oom", "failure": "no memory", "mode": "oom"}
     texts = ["", f"{PART_MARK}{json.dumps(part)}\n"]
-    got = _what_failed(texts, "R", [_exit(1), _exit(1)], NAMES, _Beats({}), 60)  # type: ignore[arg-type]
+    got = _what_failed(
+        texts, "R", [_exit(1), _exit(1)], NAMES, _Beats({}, ended=time.monotonic()), 60
+    )  # type: ignore[arg-type]
     assert got == ("oom", "oom", "rank 3 on node 1 (10.0.0.2) oom: no memory")
 
 

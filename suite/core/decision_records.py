@@ -148,6 +148,7 @@ class PolicyEvidence(TypedDict, total=False):
     sha256: str
     profile: str
     fleet_backends: list[str]
+    requires: list[str]  # rows that must have evidence (suite/judge/missing.py)
     mismatches: list[str]  # runs captured under a different policy hash
 
 

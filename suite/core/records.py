@@ -141,6 +141,7 @@ class TimingRecord(TypedDict, total=False):
     calls_per_sample: int
     summary: Summary
     disturbance: Disturbance | None
+    over_ranks: dict[str, Any]  # a distributed cell: samples_s is the worst rank's
 
 
 class ThroughputRecord(TypedDict):
@@ -181,6 +182,8 @@ MemoryRecord = TypedDict(
         # cpu-allocator: the RSS peak of the same region, advisory (it moves with the C
         # allocator's arenas and pages, so no gate reads it)
         "rss_peak_bytes": int,
+        # a distributed cell: peak_bytes is the worst rank's (suite/worker/worst_rank.py)
+        "over_ranks": dict[str, Any],
     },
     total=False,
 )
@@ -267,6 +270,7 @@ class Result(TypedDict, total=False):
     threads: ThreadsRecord | None
     image: ImageRecord | None
     ranks: list[dict[str, Any]]
+    hang: dict[str, Any]  # a distributed cell that timed out (suite/execute/forensics.py)
     # A cell on several nodes: its launcher, rendezvous and each node's agent's end.
     placement: dict[str, Any]
     outputs: dict[str, Any] | None

@@ -36,6 +36,7 @@ class CellSpec:
     ranks: int = 1  # processes per node; above 1 (or above one node) it runs under torchrun
     nodes: int = 1  # the nodes (hosts) its ranks are placed on, one torchrun agent each
     distributed: bool = False  # a workload that takes a world: its cell id names the world
+    restarts: int = 0  # torchrun's --max-restarts: a cell whose fault kills a rank restarts
 
     @property
     def world_size(self) -> int:
@@ -89,6 +90,7 @@ class CellSpec:
         data["ranks"] = self.ranks
         data["nodes"] = self.nodes
         data["distributed"] = self.distributed
+        data["restarts"] = self.restarts
         return json.dumps(data, sort_keys=True)
 
     @classmethod
@@ -106,6 +108,7 @@ class CellSpec:
             ranks=int(data.get("ranks", 1)),
             nodes=int(data.get("nodes", 1)),
             distributed=bool(data.get("distributed", False)),
+            restarts=int(data.get("restarts", 0)),
         )
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 PART_MARK = "@@torch-matrix-part "
 RECORD_MARK = "@@torch-matrix-record "
+STACKS_MARK = "@@torch-matrix-stacks "  # a rank's threads, shortly before its cell's timeout
 
 # Set by the coordinator on each node's agent; torchrun passes them on to its ranks.
 NODE_VAR = "TORCH_MATRIX_NODE"  # the launcher's index of the node (0 first)
@@ -18,6 +19,9 @@ NODES_VAR = "TORCH_MATRIX_NODES"  # how many nodes the cell has
 BEAT_VAR = "TORCH_MATRIX_BEAT"  # host:port of the coordinator's heartbeat listener
 CELL_VAR = "TORCH_MATRIX_RDZV_ID"  # the cell's rendezvous id, which every heartbeat carries
 BEAT_INTERVAL_S = 1.0
+# Set by the parent on every distributed cell: when (seconds since the epoch) it stops the cell.
+DEADLINE_VAR = "TORCH_MATRIX_DEADLINE"
+DURABLE_VAR = "TORCH_MATRIX_DURABLE_DIR"  # a folder that outlives a restart of the cell's group
 
 
 def say(mark: str, doc: dict[str, Any]) -> None:

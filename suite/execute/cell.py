@@ -18,7 +18,9 @@ from suite.core.results import (
     write_result,
 )
 from suite.core.spec import CellSpec
+from suite.core.wire import DURABLE_VAR
 from suite.execute.environment import RunOptions
+from suite.execute.forensics import forensic_env, hang_in, hang_text
 from suite.execute.launch import Launcher, ProcessExit, Step, read_tail, run_process
 from suite.execute.outcome import (
     LOG_READ_LIMIT,
@@ -66,6 +68,7 @@ def _record_for_outcome(
         message = f"worker exited with code {outcome.returncode} and wrote no result"
     else:
         status, mode, message = "crashed", "no-result", "worker exited 0 but wrote no valid result"
+    hang = None
     if spec.world_size > 1:
         text = read_tail(log, LOG_READ_LIMIT)
         died = torchrun_deaths(text)
@@ -75,8 +78,11 @@ def _record_for_outcome(
         if said is not None and not outcome.timed_out and "(SIG" not in died:
             (status, mode), message = said, parts
         else:
-            message = "; ".join(m for m in (message, died, parts) if m)
-    return failure_result(
+            if outcome.timed_out:  # what each rank said of itself before the stop
+                stem = log.name.removesuffix(".log")
+                hang = hang_in([text], run_id, spec.world_size, log.parent.parent, stem)
+            message = "; ".join(m for m in (message, hang_text(hang), died, parts) if m)
+    doc = failure_result(
         spec,
         run_id,
         round_no,
@@ -89,6 +95,9 @@ def _record_for_outcome(
         signal=outcome.signal_name,
         stderr=read_tail(log),
     )
+    if hang is not None:
+        doc["hang"] = hang
+    return doc
 
 
 def worker_argv(
@@ -101,7 +110,7 @@ def worker_argv(
     if spec.world_size > 1 or spec.distributed:  # a world of one rank is still a world
         launch = [
             interpreter, "-m", "torch.distributed.run", "--standalone",
-            "--nproc-per-node", str(spec.ranks), "--max-restarts", "0",
+            "--nproc-per-node", str(spec.ranks), "--max-restarts", str(spec.restarts),
             "-m", "suite.worker",
         ]  # fmt: skip
     return [*launch, *worker_call(spec, result, run_id, round_no)]
@@ -138,14 +147,20 @@ def run_cell(
     started_at = utc_now()
     # A fresh inductor cache per cell: compile time is measured cold, and no cell warms another.
     cache = run_dir / ".inductor-cache" / path.stem
-    shutil.rmtree(cache, ignore_errors=True)
-    env = {**env, "TORCHINDUCTOR_CACHE_DIR": str(cache)}
+    # What the cell keeps across its group's restarts (a resumed run's checkpoints), no more.
+    durable = run_dir / ".durable" / path.stem
+    for folder in (cache, durable):
+        shutil.rmtree(folder, ignore_errors=True)
+    env = {**env, "TORCHINDUCTOR_CACHE_DIR": str(cache), DURABLE_VAR: str(durable)}
+    if spec.world_size > 1 or spec.distributed:
+        env.update(forensic_env(spec, run_dir, path.stem, timeout))
     try:
         outcome = (launcher or options.launcher)(
             Step(argv, log_path=log, timeout_s=timeout, env=env, memory_limit_bytes=memory_limit)
         )
     finally:
-        shutil.rmtree(cache, ignore_errors=True)
+        for folder in (cache, durable):
+            shutil.rmtree(folder, ignore_errors=True)
     if outcome.returncode == 0 and not outcome.timed_out and path.is_file():
         try:
             written: Result | None = read_result(path)

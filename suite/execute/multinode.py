@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from suite.core.records import FailureMode, Result, Status
 from suite.core.results import cell_file, failure_result, utc_now, write_result
@@ -39,6 +40,7 @@ from suite.core.wire import (
     heard,
 )
 from suite.execute.environment import RunOptions
+from suite.execute.forensics import forensic_env, hang_in, hang_text
 from suite.execute.launch import TERM_GRACE_S, ProcessExit, _preexec, read_tail, signal_name
 from suite.execute.nodes import Agent, NodeLauncher, route_from_here
 from suite.execute.outcome import (
@@ -79,7 +81,7 @@ def agent_argv(
         "--nnodes", str(spec.nodes), "--nproc-per-node", str(spec.ranks),
         "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", rdzv_id,
         "--rdzv-conf", f"is_host={str(node == 0).lower()},join_timeout={join_timeout_s:g}",
-        "--local-addr", address, "--max-restarts", "0",
+        "--local-addr", address, "--max-restarts", str(spec.restarts),
         "-m", "suite.worker", *worker_call(spec, result, run_id, round_no),
     ]  # fmt: skip
 
@@ -220,6 +222,8 @@ def run_on_nodes(
     beats = Heartbeats(addresses[0], rdzv_id)
     logs = [run_dir / "logs" / f"{path.stem}.node{i}.log" for i in range(spec.nodes)]
     started_at = utc_now()
+    # For the ranks' watchdogs (stacks before the stop) and, on CUDA, NCCL's flight recorder.
+    forensic = forensic_env(spec, run_dir, path.stem, timeout)
     try:
         join = nodes.join_timeout_s or timeout
         agents = []
@@ -228,7 +232,7 @@ def run_on_nodes(
                 spec, options, path, run_id, round_no, endpoint, rdzv_id, i, address, join
             )
             agent_env = _agent_env(env, nodes, run_dir, path.stem, i, spec.nodes, beats, rdzv_id)
-            agents.append(Agent(i, argv, agent_env, private=run_dir, image=image))
+            agents.append(Agent(i, argv, {**agent_env, **forensic}, private=run_dir, image=image))
         commands = nodes.place(agents)
         exits = [nodes.reported(e) for e in run_agents(commands, logs, timeout, beats.end)]
     finally:
@@ -238,7 +242,37 @@ def run_on_nodes(
             shutil.rmtree(run_dir / ".inductor-cache" / f"{path.stem}.node{i}", ignore_errors=True)
     texts = [read_tail(log, LOG_READ_LIMIT) for log in logs]
     names = [f"node {i} ({a})" for i, a in enumerate(addresses)]
-    placement = {
+    doc = _said_record(texts, run_id, spec.cell_id, exits)
+    if doc is None:
+        status, mode, message = _what_failed(texts, run_id, exits, names, beats, timeout)
+        hang = hang_in(texts, run_id, spec.world_size, run_dir, path.stem)
+        hang = hang if status == "timeout" else None  # what each rank said before the stop
+        message = "; ".join(m for m in (message, hang_text(hang)) if m)
+        doc = failure_result(
+            spec, run_id, round_no, status=status, mode=mode, message=message,
+            started_at=started_at, wall_s=max(e.wall_s for e in exits),
+            exit_code=next((e.returncode for e in exits if e.returncode), None),
+            signal=next((e.signal_name for e in exits if e.signal_name), None),
+            stderr=_tails(texts, names),
+        )  # fmt: skip
+        if hang is not None:
+            doc["hang"] = hang
+    elif (harness := doc.get("harness")) is not None:
+        harness["parent_wall_s"] = max(e.wall_s for e in exits)
+    doc["placement"] = _placement(nodes, endpoint, rdzv_id, addresses, exits)
+    write_result(path, doc)
+    return doc
+
+
+def _placement(
+    nodes: NodeLauncher,
+    endpoint: str,
+    rdzv_id: str,
+    addresses: Sequence[str],
+    exits: Sequence[ProcessExit],
+) -> dict[str, Any]:
+    """Where the cell's world ran: the launcher, the rendezvous and each node's exit."""
+    return {
         "launcher": nodes.kind,
         "settings": nodes.evidence(),
         "rendezvous": endpoint,
@@ -248,21 +282,6 @@ def run_on_nodes(
             for i, (a, e) in enumerate(zip(addresses, exits, strict=True))
         ],
     }
-    doc = _said_record(texts, run_id, spec.cell_id, exits)
-    if doc is None:
-        status, mode, message = _what_failed(texts, run_id, exits, names, beats, timeout)
-        doc = failure_result(
-            spec, run_id, round_no, status=status, mode=mode, message=message,
-            started_at=started_at, wall_s=max(e.wall_s for e in exits),
-            exit_code=next((e.returncode for e in exits if e.returncode), None),
-            signal=next((e.signal_name for e in exits if e.signal_name), None),
-            stderr=_tails(texts, names),
-        )  # fmt: skip
-    elif (harness := doc.get("harness")) is not None:
-        harness["parent_wall_s"] = max(e.wall_s for e in exits)
-    doc["placement"] = placement
-    write_result(path, doc)
-    return doc
 
 
 def _agent_env(

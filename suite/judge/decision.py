@@ -23,7 +23,7 @@ from suite.core.loaded import LoadedRun
 from suite.core.records import MatrixEvidence, Result
 from suite.core.results import disturbed, utc_now
 from suite.core.validation import validate
-from suite.judge.missing import missing_gates
+from suite.judge.missing import missing_gates, required_rows
 from suite.judge.models import add_identity, model_differences, models_line
 from suite.judge.packages import held_by_policy, package_differences, packages_line
 from suite.judge.policy import Policy, decision_rank
@@ -240,6 +240,11 @@ def decision_record(
     if missing and decision == "adopt":
         decision = "defer"  # an adopt would claim gates that were never decided
         reasons = [*missing, *reasons]
+    lacking = required_rows(policy, cells)
+    if lacking:  # a row the profile cannot decide without: never adopt or isolate
+        if decision_rank(decision) < decision_rank("defer"):
+            decision = "defer"
+        reasons = [*lacking, *reasons]
     if unreported:
         if decision_rank(decision) < decision_rank("defer"):
             decision = "defer"

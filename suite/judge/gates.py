@@ -18,7 +18,8 @@ from suite.core.results import disturbed
 from suite.core.stats import throughput_of, timing_of
 from suite.judge import memory, sequential
 from suite.judge.policy import Gate
-from suite.judge.sequential import Design
+from suite.judge.round_metrics import LABELS, ROUND_METRICS, metric_value
+from suite.judge.sequential import STEADY_STATE_GATES, Design
 from suite.judge.verdicts import FAILED, Record, gate_result
 
 __all__ = ["FAILED", "Record", "gate_result"]  # and the gate functions below
@@ -182,6 +183,8 @@ def _round_value(record: Record, gate: str) -> float | None:
     if gate == "compile_time":
         value = cold_compile_s(record)
         return value if value is not None and value > 0 else None
+    if gate in ROUND_METRICS:
+        return metric_value(record, gate)
     if gate == "throughput":
         rate = throughput_of(record)
         return rate if rate else None
@@ -280,6 +283,8 @@ def timing_gate(
         and not any(cold_compile_s(r) for r in [*base, *cand])
     ):
         return None  # not a compile cell: the gate does not apply
+    if gate.name in ROUND_METRICS and not any(metric_value(r, gate.name) for r in [*base, *cand]):
+        return None  # the cell records no such figure
     if not d:
         said = [_unpaired(base, "baseline"), _unpaired(cand, "candidate")]
         why = "; ".join(w for w in said if w) or "no round measured this on both sides at once"
@@ -301,7 +306,7 @@ def timing_gate(
             low, high = verdict.log_ci
             ci = (sequential.ratio_change(-high), sequential.ratio_change(-low))
     label = {"latency_p50": "p50", "latency_p95": "p95", "throughput": "throughput"}.get(
-        gate.name, "cold compile"
+        gate.name, LABELS.get(gate.name, "cold compile")
     )
     text = f"{label} {_pct(change)}" if change is not None else label
     if ci is not None:
@@ -310,7 +315,7 @@ def timing_gate(
     if verdict.spread is not None:
         text += f", spread {verdict.spread:.1%}"
     rel = _relative_iqr([*base, *cand])
-    if rel is not None and gate.name != "compile_time":
+    if rel is not None and gate.name in STEADY_STATE_GATES:
         text += f", rel. IQR {rel:.1%}"
     text += _disturbed_text(base, cand)
     low = _low_samples(base) + _low_samples(cand)

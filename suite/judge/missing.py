@@ -8,6 +8,7 @@ instruction counts decided)."""
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Sequence
 
 from suite.core.decision_records import Cell, GateRecord
@@ -51,3 +52,38 @@ def missing_gates(policy: Policy, cells: Sequence[Cell]) -> list[str]:
             f"let it be missing: {shown}{more}"
         )
     return lines
+
+
+# A side that ran the cell and said how it went: evidence, good or bad.
+RAN = frozenset({"ok", "failed", "crashed", "timeout", "oom"})
+
+
+def required_rows(policy: Policy, cells: Sequence[Cell]) -> list[str]:
+    """The profile's `requires:` rows (fnmatch on the workload or 'workload@backend') that no
+    cell gave evidence for: one that ran on both sides, on each fleet backend the run covers
+    (on every backend it covers, where it covers none of the fleet's). A row skipped, unsupported
+    or never reported on a side is no evidence."""
+    if not policy.requires:
+        return []
+    backends = sorted({c["backend"] for c in cells})
+    wanted = [b for b in backends if b in policy.fleet_backends] or backends
+    lacking = []
+    for pattern in policy.requires:
+        for backend in wanted:
+            matching = [
+                c
+                for c in cells
+                if c["backend"] == backend
+                and (
+                    fnmatch.fnmatchcase(c["workload"], pattern)
+                    or fnmatch.fnmatchcase(f"{c['workload']}@{backend}", pattern)
+                )
+            ]
+            if any(c["baseline_status"] in RAN and c["candidate_status"] in RAN for c in matching):
+                continue
+            said = sorted({f"{c['baseline_status']}/{c['candidate_status']}" for c in matching})
+            why = f"its cells ran as {', '.join(said)}" if matching else "no cell of it ran"
+            lacking.append(f"{pattern} on {backend} ({why})")
+    if not lacking:
+        return []
+    return [f"required rows without evidence (the profile's requires): {'; '.join(lacking)}"]

@@ -84,6 +84,9 @@ class Policy:
     # Libraries (fnmatch on normalized names) that must be the same on both sides: a
     # difference defers (suite/judge/packages.py).
     same_packages: tuple[str, ...] = ()
+    # Rows (fnmatch on the workload or 'workload@backend') that must have evidence on the
+    # fleet's backends, else the decision is defer (suite/judge/missing.py).
+    requires: tuple[str, ...] = ()
 
     def is_isolatable(self, workload: str, backend: str) -> bool:
         row = f"{workload}@{backend}"
@@ -97,6 +100,7 @@ class Policy:
             "sha256": self.sha256,
             "profile": self.profile,
             "fleet_backends": list(self.fleet_backends),
+            **({"requires": list(self.requires)} if self.requires else {}),
         }
 
 
@@ -140,6 +144,7 @@ class ProfileDoc(TypedDict, total=False):
     gates: dict[str, GateDoc]
     isolatable: list[str]
     same_packages: list[str]
+    requires: list[str]
     rules: list[RuleDoc]
     statistics: StatisticsDoc
 
@@ -153,6 +158,10 @@ GATE_NEEDS: dict[str, tuple[str, ...]] = {
     "latency_p95": ("threshold",),
     "throughput": ("threshold",),
     "compile_time": ("threshold",),
+    "checkpoint_save": ("threshold",),
+    "checkpoint_load": ("threshold",),
+    "recovery": ("threshold",),
+    "comm_exposed": ("threshold",),
     "peak_memory": ("threshold",),
     "memory_budget": (),
     "graph_breaks": (),
@@ -287,6 +296,7 @@ def load_policy(path: Path | None, profile: str | None) -> Policy:
         rules=tuple(_rule(r) for r in rules),
         isolatable=tuple(raw.get("isolatable", ())),
         same_packages=tuple(raw.get("same_packages", ())),
+        requires=tuple(raw.get("requires", ())),
         design=_design(stats, file, f"$.profiles.{name}.statistics"),
     )
 

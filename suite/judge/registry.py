@@ -23,6 +23,7 @@ from suite.judge.gates import (
 from suite.judge.instructions import instructions_gate
 from suite.judge.metric_gates import METRIC_GATES, drift
 from suite.judge.policy import Gate, Policy
+from suite.judge.round_metrics import ROUND_METRICS
 from suite.judge.sequential import TIMING_GATES, Design
 from suite.judge.verdicts import NO_DIRS, Dirs, Record, failure_message, failure_mode
 
@@ -60,7 +61,7 @@ GateFn = Callable[[Gate, Inputs], "GateRecord | None"]
 
 # Gates about speed and memory: a failure of one earns a profiler trace of both sides and is
 # reproduced by pairing the sides again (an ab line), since one side alone shows nothing.
-PERFORMANCE_GATES = (*TIMING_GATES, "peak_memory", "memory_budget")
+PERFORMANCE_GATES = (*TIMING_GATES, *ROUND_METRICS, "peak_memory", "memory_budget")
 
 
 def _metric(name: str) -> GateFn:
@@ -75,7 +76,7 @@ def _timing(gate: Gate, i: Inputs) -> GateRecord | None:
 REGISTRY: dict[str, GateFn] = {
     "status": lambda gate, i: i.status_of(gate),
     "correctness": lambda gate, i: correctness_gate(gate, i.base, i.cand, i.status_of(gate)),
-    **{name: _timing for name in TIMING_GATES},
+    **{name: _timing for name in (*TIMING_GATES, *ROUND_METRICS)},
     "peak_memory": lambda gate, i: memory_gate(gate, i.base, i.cand, i.comparable),
     "memory_budget": lambda gate, i: budget_gate(gate, i.cand),
     **{name: _metric(name) for name in METRIC_GATES},

@@ -113,7 +113,36 @@ def _names(values: Iterable[str]) -> str:
 
 
 def absent_text(decision: DecisionRecord) -> str | None:
-    """Raw text naming the rows of absent_rows, workloads grouped by the backends they miss."""
+    """Raw text naming the rows of absent_rows, workloads grouped by the backends they miss,
+    then the cells skipped on both sides in rows that hold evidence (a package neither side
+    has, such as torchcomms): each row's table verdicts leave them out of sight."""
+    texts = [t for t in (_absent_rows_text(decision), _skipped_cells_text(decision)) if t]
+    return " ".join(texts) if texts else None
+
+
+def _skipped_cells_text(decision: DecisionRecord) -> str | None:
+    absent = {row["row_id"] for row in absent_rows(decision)}
+    why: dict[str, list[str]] = {}
+    for cell in decision["cells"]:
+        both = cell["baseline_status"] == "skipped" and cell["candidate_status"] == "skipped"
+        if both and cell["row_id"] not in absent:
+            message = str((gate_of(cell, "status") or {}).get("message") or "")
+            reason = message.removeprefix("skipped on both pins: ")
+            if reason == message:
+                reason = message.partition("): ")[2]
+            why.setdefault(reason, []).append(cell["cell_id"])
+    if not why:
+        return None
+    parts = [
+        f"{_names(ids[:_ABSENT_NAMES])}"
+        + (f" and {len(ids) - _ABSENT_NAMES} more" if len(ids) > _ABSENT_NAMES else "")
+        + (f" ({cap(one_line(reason), _NAME_LIMIT * 2)})" if reason else "")
+        for reason, ids in why.items()
+    ]
+    return "Skipped on both sides, no evidence either way: " + "; ".join(parts) + "."
+
+
+def _absent_rows_text(decision: DecisionRecord) -> str | None:
     rows = absent_rows(decision)
     if not rows:
         return None

@@ -26,6 +26,7 @@ from suite.worker.backends import Backend, get, mps_fallback_enabled
 from suite.worker.context import WorkerContext, fill_measurements, save_outputs, write_trace
 from suite.worker.counting import Counted, steps_to_count
 from suite.worker.envinfo import imported_distributions
+from suite.worker.forensics import start_watchdog
 from suite.worker.measure import (
     timer_overhead_s,
 )
@@ -38,6 +39,7 @@ from suite.worker.ranks import (
     rank_env,
     shutdown_distributed,
     start_heartbeat,
+    where,
 )
 from suite.workloads.base import Skip, Unsupported, Workload
 
@@ -202,6 +204,7 @@ def _run_workload(
                     "messages": [],
                 }
             ctx = _make_context(spec, backend, resolved.workload)
+            ctx.fault = resolved.workload.fault(ctx.params, spec.profile)
             if ctx.world_size > 1 or spec.distributed:
                 init_distributed(backend)
             with warnings.catch_warnings(record=True) as caught:
@@ -319,9 +322,19 @@ def _keep_evidence(
             saved["file"] = os.path.relpath(saved["file"], result_path.parent.parent)
             doc["outputs"] = saved
         if trace is not None and doc["status"] in ("ok", "failed"):
-            write_trace(ctx, trace)
+            write_trace(ctx, rank_trace(trace, ctx.rank, ctx.world_size))
     except Exception as exc:  # the evidence is extra; the measurement stands
         doc["warnings"].append(f"keeping outputs or trace failed: {type(exc).__name__}: {exc}")
+
+
+def rank_trace(trace: Path, rank: int, world: int) -> Path:
+    """One trace file per rank: rank 0's at the path asked for (x.trace.json), rank r's beside
+    it (x.rank1.trace.json); one rank's timeline is not another's."""
+    if world < 2 or rank == 0:
+        return trace
+    stem, dot, suffix = trace.name.partition(".trace")
+    name = f"{stem}.rank{rank}.trace{suffix}" if dot else f"{trace.stem}.rank{rank}{trace.suffix}"
+    return trace.with_name(name)
 
 
 def run_probe(out: Path) -> int:
@@ -368,6 +381,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if os.environ.get("LOCAL_RANK") is not None:  # a rank torchrun started (never inherited)
         _die_with_agent()
         start_heartbeat()
+        start_watchdog(args.run_id, rank_env()[0], where()["node"])
     spec = CellSpec.from_json(args.spec)
     return run_cell(spec, args.run_id, args.round, args.result, worker_start, args.trace)
 

@@ -20,6 +20,7 @@ from suite.core.records import (
     ThreadsRecord,
 )
 from suite.core.spec import CellSpec
+from suite.worker import faults
 from suite.worker.backends import Backend
 from suite.worker.counting import Counted, count_steps, steps_to_count
 from suite.worker.identity import finite_or_none, model_record
@@ -33,7 +34,7 @@ from suite.worker.measure import (
 )
 from suite.worker.memory import MemoryTracker
 from suite.worker.ranks import rank_env
-from suite.workloads.base import CellContext, ExportAttempt, ParamValue
+from suite.workloads.base import CellContext, ExportAttempt, Fault, ParamValue
 
 if TYPE_CHECKING:
     import torch
@@ -72,6 +73,7 @@ class WorkerContext(CellContext):
         self.model_record: dict[str, Any] | None = None  # ctx.model
         self.exports: dict[str, dict[str, Any]] = {}  # ctx.export_path, by path
         self._scratch: Path | None = None
+        self.fault: Fault | None = None  # the workload's, set by the worker (faults.py)
         self._torch = torch
 
     def dtype(self, name: str | None = None) -> torch.dtype:
@@ -194,6 +196,20 @@ class WorkerContext(CellContext):
         if self._scratch is None:
             self._scratch = Path(tempfile.mkdtemp(prefix="torch-matrix-scratch-"))
         return self._scratch
+
+    @property
+    def durable(self) -> Path:
+        folder = faults.durable_dir()
+        if folder is None:  # a cell run by hand, outside the harness: no restart to outlive
+            return self.scratch
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
+    def step_done(self, step: int) -> None:
+        faults.kill_here(self.fault, self.rank, step, faults.durable_dir())
+
+    def killed_at(self) -> float | None:
+        return faults.killed_at(faults.durable_dir())
 
     def cleanup(self) -> None:
         if self._scratch is not None:

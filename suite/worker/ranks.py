@@ -30,6 +30,7 @@ from suite.core.wire import (
     say,
 )
 from suite.worker.backends import Backend
+from suite.worker.worst_rank import fold_worst
 
 
 def rank_env() -> tuple[int, int, int]:
@@ -99,16 +100,33 @@ def start_heartbeat() -> None:
 
 
 def init_distributed(backend: Backend) -> None:
+    """The default process group. After torchrun restarted the group (a cell whose fault
+    killed a rank), in a store of the attempt's own: the agent's store still holds the dead
+    group's gloo addresses, and a restarted rank that reads them connects to a port no one
+    listens on ('Connection refused', torch 2.13 and 2.14 alike)."""
     import datetime
 
     import torch.distributed as dist
 
-    dist.init_process_group(backend.entry.process_group, timeout=datetime.timedelta(seconds=300))
+    timeout = datetime.timedelta(seconds=300)
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+    if attempt > 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        rank, world, _ = rank_env()
+        agent = dist.TCPStore(  # type: ignore[attr-defined]
+            os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+            timeout=timeout,
+        )  # fmt: skip
+        store = dist.PrefixStore(f"torch-matrix/attempt{attempt}", agent)  # type: ignore[attr-defined]
+        dist.init_process_group(
+            backend.entry.process_group, store=store, rank=rank, world_size=world, timeout=timeout
+        )
+        return
+    dist.init_process_group(backend.entry.process_group, timeout=timeout)
 
 
 def rank_part(doc: Result, metrics: dict[str, Any], rank: int) -> dict[str, Any]:
     summary = timing_of(doc)
-    failure, memory = doc.get("failure"), doc.get("memory")
+    failure, memory, timing = doc.get("failure"), doc.get("memory"), doc.get("timing")
     return {
         "rank": rank,
         "status": doc["status"],
@@ -116,6 +134,8 @@ def rank_part(doc: Result, metrics: dict[str, Any], rank: int) -> dict[str, Any]
         "mode": failure["mode"] if failure else None,
         "p50_s": summary["p50"] if summary else None,
         "peak_bytes": memory.get("peak_bytes") if memory else None,
+        "samples_s": list(timing["samples_s"]) if timing else None,
+        "calls_per_sample": timing.get("calls_per_sample") if timing else None,
         "metrics": metrics,
         **where(),
     }
@@ -127,7 +147,10 @@ def fail_rank(doc: Result, metrics: dict[str, Any]) -> None:
     rank = rank_env()[0]
     sys.stdout.flush()
     sys.stderr.flush()
-    say(PART_MARK, {"run_id": doc["run_id"], **rank_part(doc, metrics, rank)})
+    part = rank_part(doc, metrics, rank)
+    part.pop("samples_s")
+    part.pop("calls_per_sample")
+    say(PART_MARK, {"run_id": doc["run_id"], **part})
     os._exit(1)
 
 
@@ -148,6 +171,10 @@ def gather_ranks(doc: Result, metrics: dict[str, Any]) -> bool:
     if rank != 0:
         return False
     parts = [p if p is not None else {"rank": r, "status": "missing"} for r, p in enumerate(parts)]
+    fold_worst(doc, parts)
+    for p in parts:  # folded into the record's timing; each rank keeps its median
+        p.pop("samples_s", None)
+        p.pop("calls_per_sample", None)
     doc["ranks"] = parts
     bad = [p for p in parts if p["status"] not in ("ok", doc["status"])]
     if bad and doc["status"] == "ok":

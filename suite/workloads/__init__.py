@@ -19,10 +19,11 @@ from typing import Any
 
 from suite.core.errors import WorkloadError
 from suite.core.records import SourceRecord
-from suite.workloads.base import CellContext, Param, Skip, Unsupported, Workload
+from suite.workloads.base import CellContext, Fault, Param, Skip, Unsupported, Workload
 
 __all__ = [
     "CellContext",
+    "Fault",
     "Param",
     "Resolved",
     "Skip",
@@ -46,6 +47,8 @@ BUILTINS: dict[str, str] = {
     "collectives": "suite.workloads.collectives:Collectives",
     "fsdp2": "suite.workloads.fsdp2:Fsdp2",
     "checkpoint": "suite.workloads.checkpoint:Checkpoint",
+    "recovery": "suite.workloads.recovery:Recovery",
+    "reshard": "suite.workloads.reshard:Reshard",
     "cutedsl": "suite.workloads.cutedsl:CuteDslAdd",
     "hf_model": "suite.workloads.hf_model:HfModel",
 }

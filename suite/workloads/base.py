@@ -108,6 +108,16 @@ class Workload(ABC):
         process group initialised (gloo on CPU, nccl on CUDA and ROCm) before run()."""
         return 1
 
+    def fault(self, params: Mapping[str, ParamValue], profile: str) -> Fault | None:
+        """A fault the harness injects into the cell: it SIGKILLs rank `rank` once it says it
+        finished step `step` (ctx.step_done), on the first attempt only, and torchrun restarts
+        the group once (--max-restarts 1). None: no fault."""
+        return None
+
+    def restarts(self, params: Mapping[str, ParamValue], profile: str) -> int:
+        """How often torchrun may restart the cell's group: 1 where fault() kills a rank."""
+        return 1 if self.fault(params, profile) is not None else 0
+
     def skip_reason(self, params: Mapping[str, ParamValue]) -> str | None:
         """Combinations that make no sense are not planned; say why (None keeps the case)."""
         return None
@@ -115,6 +125,14 @@ class Workload(ABC):
     @abstractmethod
     def run(self, ctx: CellContext) -> None:
         """Build inputs, call ctx.measure once, check accuracy, record metrics."""
+
+
+@dataclass(frozen=True)
+class Fault:
+    """Kill RANK with SIGKILL once it has finished training step STEP (counted from 1)."""
+
+    rank: int
+    step: int
 
 
 class CellContext(ABC):
@@ -228,6 +246,29 @@ class CellContext(ABC):
     @abstractmethod
     def scratch(self) -> Path:
         """A private folder for files the workload makes (exported models); removed after."""
+
+    @property
+    def attempt(self) -> int:
+        """How often torchrun restarted this cell's group before this run (0: the first)."""
+        import os
+
+        return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+
+    @property
+    def durable(self) -> Path:
+        """A folder that outlives a restart of the cell's group (the same path on every rank of
+        a node), for the checkpoints a resumed run loads; removed after the cell."""
+        raise NotImplementedError
+
+    def step_done(self, step: int) -> None:
+        """Say that training step STEP (from 1) is done: where the cell's fault says so, the
+        harness kills this rank here. Nothing otherwise."""
+        return None
+
+    def killed_at(self) -> float | None:
+        """The wall time (time.time()) at which the harness killed a rank of this cell, on a
+        run after the restart; None where none was killed."""
+        return None
 
     @abstractmethod
     def warn(self, message: str) -> None:

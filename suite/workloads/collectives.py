@@ -263,7 +263,9 @@ class Collectives(Workload):
         Param("api", ("c10d", "torchcomms"), ("c10d", "torchcomms")),
     )
     sizes = {"smoke": {"samples": 20}, "full": {"samples": 50}}
-    throughput_unit = "bytes/s"
+    # The throughput gate judges bus bandwidth (nccl-tests' busbw): bytes per step times the
+    # op's bus factor, at the worst rank's step time (suite/worker/worst_rank.py).
+    throughput_unit = "bus bytes/s"
     distributed = True
 
     def ranks(self, params: Mapping[str, ParamValue], profile: str) -> int:
@@ -307,7 +309,9 @@ class Collectives(Workload):
             call(inp, out)
             ctx.backend.sync()
 
-        measure_in_lockstep(ctx, step, items_per_iter=nbytes, unit=self.throughput_unit)
+        measure_in_lockstep(
+            ctx, step, items_per_iter=nbytes * bus_factor(op, n), unit=self.throughput_unit
+        )
 
         samples = []
         for _ in range(int(ctx.size["samples"])):

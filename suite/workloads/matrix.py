@@ -242,6 +242,7 @@ def expand(matrix: Matrix) -> tuple[list[CellSpec], dict[str, Resolved]]:
                     ranks=ranks,
                     nodes=nodes,
                     distributed=workload.distributed,
+                    restarts=workload.restarts(params, matrix.profile),
                 )
                 if cell.cell_id not in seen:
                     seen.add(cell.cell_id)

@@ -94,3 +94,29 @@ class Hold(Workload):
             dist.all_reduce(x)
             time.sleep(0.05)
         ctx.measure(lambda: dist.all_reduce(x), items_per_iter=16)
+
+
+class Lopsided(TwoRanks):
+    """`lopsided: true`: rank 1 holds three times rank 0's tensor in its step and sleeps 50 ms
+    after its all_reduce, as a rank with a bigger shard on a slower host would; rank 0's own
+    step is the same either way."""
+
+    name = "lopsided"
+    distributed = True
+    params = (Param("lopsided", (False, True), (False, True)),)
+
+    def run(self, ctx: CellContext) -> None:
+        import torch
+        import torch.distributed as dist
+
+        heavy = bool(ctx.params["lopsided"]) and ctx.rank == 1
+        n = 1 << 20
+
+        def step() -> None:
+            held = torch.ones(3 * n if heavy else n)
+            dist.all_reduce(held[:16])
+            if heavy:
+                time.sleep(0.05)
+            del held
+
+        ctx.measure(step, items_per_iter=16)
