@@ -90,7 +90,7 @@ def test_torchcomms_cell_skipped_with_reason(run_dir: Path) -> None:
 
 
 def test_fsdp2_matches_single_process(run_dir: Path) -> None:
-    doc = cell(run_dir, "fsdp2.d256.n1x2")
+    doc = cell(run_dir, "fsdp2.true.d256.n1x2")
     assert doc["status"] == "ok", doc.get("failure")
     correctness = doc["correctness"]
     assert correctness["passed"] and correctness["reference"] == "single-process training"

@@ -83,7 +83,8 @@ def test_default_matrix_has_every_builtin() -> None:
     assert distributed == {
         "collectives.all_reduce.1MiB.c10d.n1x2@cpu",
         "collectives.all_reduce.1MiB.torchcomms.n1x2@cpu",
-        "fsdp2.d256.n1x2@cpu",
+        "fsdp2.true.d256.n1x2@cpu",
+        "fsdp2.false.d256.n1x2@cpu",
         "checkpoint.false.d256.n1x2@cpu",
         "recovery.kill_rank.none.d256.n1x2@cpu",
     }

@@ -80,7 +80,7 @@ def test_two_nodes_of_two_ranks_run_every_distributed_workload(
         "checkpoint.false.d256.n2x2@cpu",
         "collectives.all_gather.1KiB.c10d.n2x2@cpu",
         "collectives.all_reduce.1KiB.c10d.n2x2@cpu",
-        "fsdp2.d256.n2x2@cpu",
+        "fsdp2.true.d256.n2x2@cpu",
     ]
     for cell_id, doc in cells.items():
         assert doc["status"] == "ok", (cell_id, doc["failure"])
@@ -97,8 +97,10 @@ def test_two_nodes_of_two_ranks_run_every_distributed_workload(
         assert placement["launcher"] == "local"
         assert placement["rendezvous"] == f"{hosts.address(0)}:29500"
         assert cell_id.rsplit("@", 1)[0] in placement["rdzv_id"]
-    assert cells["fsdp2.d256.n2x2@cpu"]["correctness"]["reference"] == "single-process training"
-    assert cells["fsdp2.d256.n2x2@cpu"]["metrics"]["world_size"]["value"] == 4
+    assert (
+        cells["fsdp2.true.d256.n2x2@cpu"]["correctness"]["reference"] == "single-process training"
+    )
+    assert cells["fsdp2.true.d256.n2x2@cpu"]["metrics"]["world_size"]["value"] == 4
     assert cells["checkpoint.false.d256.n2x2@cpu"]["metrics"]["resume_equivalent"]["value"]
     # Each node wrote into a private tmpfs over the run folder: nothing of theirs is here.
     assert not (out / "tensors").exists()

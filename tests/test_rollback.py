@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 
 from suite.execute.environment import RunOptions, worker_env
@@ -95,3 +96,19 @@ def test_a_nan_in_the_rehearsal_fails_it(tmp_path: Path) -> None:
         verdict = judge_rehearsal(cells, base, again, policy, timing)["gates"][0]
         assert verdict["verdict"] == "fail", verdict["message"]
         assert "does not reproduce itself" in verdict["message"]
+
+
+@pytest.mark.slow
+def test_a_sharded_fsdp2_checkpoint_round_trips_and_a_lost_shard_fails(tmp_path: Path) -> None:
+    """Two processes over gloo save FSDP2 state with DCP; two fresh ones load it and continue
+    as the writer did. Without --sharded (a matrix with no distributed cell) it is not run."""
+    rollback.write(tmp_path, sharded=True)
+    assert "dcp_fsdp2" not in rollback.read(tmp_path)["formats"]
+    report = rollback.read(tmp_path, sharded=True)["formats"]["dcp_fsdp2"]
+    assert report == {"ok": True, "max_rel_diff": 0.0, "error": None}
+    shards = sorted((tmp_path / "dcp_fsdp2").glob("*.distcp"))
+    assert len(shards) == 2  # one file per rank
+    shards[1].unlink()
+    lost = rollback.read(tmp_path, sharded=True)["formats"]["dcp_fsdp2"]
+    assert lost["ok"] is False and lost["error"]
+    assert rollback.read(tmp_path, sharded=True)["formats"]["dcp"]["ok"] is True

@@ -34,8 +34,8 @@ def test_a_world_sweeps_nodes_and_ranks_and_the_cell_id_names_it(tmp_path: Path)
 """)))  # fmt: skip
     ids = [c.cell_id for c in cells]
     assert ids == [
-        "fsdp2.d256.n1x2@cpu", "fsdp2.d256.n1x4@cpu", "fsdp2.d256.n2x2@cpu",
-        "fsdp2.d256.n2x4@cpu", "collectives.broadcast.1KiB.c10d.n2x2@cpu",
+        "fsdp2.true.d256.n1x2@cpu", "fsdp2.true.d256.n1x4@cpu", "fsdp2.true.d256.n2x2@cpu",
+        "fsdp2.true.d256.n2x4@cpu", "collectives.broadcast.1KiB.c10d.n2x2@cpu",
         "checkpoint.false.d256.n1x2@cpu",
     ]  # fmt: skip
     assert [c.world_size for c in cells] == [2, 4, 4, 8, 4, 2]
@@ -234,8 +234,8 @@ def test_each_cell_and_attempt_gets_its_own_rendezvous() -> None:
     from suite.execute.environment import RunOptions
     from suite.execute.multinode import agent_argv, rendezvous_id
 
-    ids = {rendezvous_id("R", "fsdp2.d256.n2x2@cpu-0") for _ in range(50)}
-    assert len(ids) == 50 and all(i.startswith("R.fsdp2.d256.n2x2@cpu-0.") for i in ids)
+    ids = {rendezvous_id("R", "fsdp2.true.d256.n2x2@cpu-0") for _ in range(50)}
+    assert len(ids) == 50 and all(i.startswith("R.fsdp2.true.d256.n2x2@cpu-0.") for i in ids)
     spec = CellSpec("fsdp2", "fsdp2", (), "cpu", "smoke", ranks=2, nodes=2, distributed=True)
     options = RunOptions(out=Path("/o"), interpreter="py")
     args = [agent_argv(spec, options, Path("/o/c.json"), "R", 0, "10.0.0.1:29500", "ID", n,
@@ -266,4 +266,4 @@ def test_every_example_matrix_loads_and_expands(name: str) -> None:
 def test_the_multinode_example_runs_each_case_at_one_node_and_two() -> None:
     loaded = load_matrix(Path(__file__).parents[1] / "examples" / "matrices" / "multinode.yaml")
     ids = [c.cell_id for c in expand(loaded)[0]]
-    assert "fsdp2.d256.n1x2@cpu" in ids and "fsdp2.d256.n2x2@cpu" in ids
+    assert "fsdp2.true.d256.n1x2@cpu" in ids and "fsdp2.true.d256.n2x2@cpu" in ids

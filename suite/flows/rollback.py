@@ -32,21 +32,23 @@ def _step(side: PreparedSide, run: Run, args: list[str], log: Path) -> int | Non
 
 
 def compatibility(
-    sides: dict[str, tuple[PreparedSide, Run]], out: Path
+    sides: dict[str, tuple[PreparedSide, Run]], out: Path, sharded: bool = False
 ) -> dict[str, dict[str, Any]]:
     """Checkpoints written by each pin, read by the other: how each step ended, per direction.
-    The readers' reports land in out/rollback/DIRECTION.json."""
+    The readers' reports land in out/rollback/DIRECTION.json. sharded: FSDP2's sharded DCP
+    checkpoints too (two processes each way), for a matrix that runs distributed cells."""
     steps: dict[str, dict[str, Any]] = {}
     logs = out / "rollback" / "logs"
     for writer, reader in DIRECTIONS:
         way = direction(writer, reader)
         folder = out / "rollback" / f"written-by-{writer}"
-        args = ["write", "--into", str(folder)]
+        more = ["--sharded"] if sharded else []
+        args = ["write", "--into", str(folder), *more]
         wrote = _step(*sides[writer], args, logs / f"write-{writer}.log")
         read = None
         if wrote == 0:
             report = out / "rollback" / f"{way}.json"
-            args = ["read", "--from", str(folder), "--report", str(report)]
+            args = ["read", "--from", str(folder), "--report", str(report), *more]
             read = _step(*sides[reader], args, logs / f"read-{way}.log")
         steps[way] = {"write_exit": wrote, "read_exit": read}
     return steps
@@ -96,7 +98,7 @@ def run_checks(
     out: Path,
 ) -> None:
     """Both checks, and out/rollback/record.json saying how they went."""
-    steps = compatibility(sides, out)
+    steps = compatibility(sides, out, sharded=any(c.distributed for c in cells))
     baseline, base_run = sides["baseline"]
     timing = rehearsal(matrix, cells, resolved, baseline, base_run, out)
     atomic_write_json(out / RECORD, {"steps": steps, "timing": timing})

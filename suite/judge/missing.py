@@ -61,11 +61,21 @@ RAN = frozenset({"ok", "failed", "crashed", "timeout", "oom"})
 def required_rows(policy: Policy, cells: Sequence[Cell]) -> list[str]:
     """The profile's `requires:` rows (fnmatch on the workload or 'workload@backend') that no
     cell gave evidence for: one that ran on both sides, on each fleet backend the run covers
-    (on every backend it covers, where it covers none of the fleet's). A row skipped, unsupported
-    or never reported on a side is no evidence."""
+    (on every backend it covers, where it covers none of the fleet's); a backend whose every
+    cell was skipped on both sides is not covered. A row skipped, unsupported or never reported
+    on a side is no evidence."""
     if not policy.requires:
         return []
-    backends = sorted({c["backend"] for c in cells})
+    # A backend the run covers: one some cell ran on (not only skipped: a backend absent on
+    # this runner covers nothing), never the rollback's 'any'.
+    backends = sorted(
+        {
+            c["backend"]
+            for c in cells
+            if c["backend"] != "any"
+            and not c["baseline_status"] == c["candidate_status"] == "skipped"
+        }
+    )
     wanted = [b for b in backends if b in policy.fleet_backends] or backends
     lacking = []
     for pattern in policy.requires:

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from suite.workloads.base import CellContext, ParamValue, Unsupported, Workload
+from suite.workloads.base import CellContext, Param, ParamValue, Unsupported, Workload
 from suite.workloads.collectives import measure_in_lockstep
 
 if TYPE_CHECKING:
@@ -72,16 +72,20 @@ def build_model(size: Mapping[str, Any], seed: int) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
-def shard(model: nn.Sequential, device: torch.device) -> nn.Sequential:
-    """Each Linear its own FSDP2 unit, then the root (the usual per-block wrapping)."""
+def shard(
+    model: nn.Sequential, device: torch.device, reshard_after_forward: bool = True
+) -> nn.Sequential:
+    """Each Linear its own FSDP2 unit, then the root (the usual per-block wrapping).
+    reshard_after_forward=False keeps each unit's gathered parameters from the forward for the
+    backward: less communication, more memory."""
     from torch import nn
 
     fully_shard = fully_shard_fn()
     model.to(device)
     for layer in model:
         if isinstance(layer, nn.Linear):
-            fully_shard(layer)
-    fully_shard(model)
+            fully_shard(layer, reshard_after_forward=reshard_after_forward)
+    fully_shard(model, reshard_after_forward=reshard_after_forward)
     return model
 
 
@@ -169,8 +173,66 @@ def _is_comm(name: str) -> bool:
     return "copy" not in low and any(n in low for n in _COMM_NAMES)
 
 
-def comm_wait(ctx: CellContext, step: Callable[[], Any], steps: int) -> tuple[float, float]:
-    """(communication seconds, wall seconds) per step over steps profiled steps."""
+def _union(spans: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    merged: list[tuple[float, float]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _length(spans: Sequence[tuple[float, float]]) -> float:
+    return sum(end - start for start, end in spans)
+
+
+def _overlap(a: Sequence[tuple[float, float]], b: Sequence[tuple[float, float]]) -> float:
+    """Time two unions of disjoint, sorted spans share (a sweep over both)."""
+    i = j = 0
+    shared = 0.0
+    while i < len(a) and j < len(b):
+        shared += max(0.0, min(a[i][1], b[j][1]) - max(a[i][0], b[j][0]))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return shared
+
+
+def exposed_us(events: Sequence[Any]) -> float:
+    """Communication on the profiler's timeline that no compute overlapped, in microseconds:
+    the union of communication spans (any thread; NCCL kernels on a GPU) minus its overlap with
+    the union of compute spans (aten ops outside any communication range of their own thread,
+    and on a GPU the other kernels, which overlap an NCCL kernel only from another stream).
+    Copy-in/out and waits inside a communication range are communication."""
+    comm: list[tuple[float, float]] = []
+    comm_by_thread: dict[Any, list[tuple[float, float]]] = {}
+    compute: list[tuple[float, float]] = []
+    candidates = []
+    for event in events:
+        span = (float(event.time_range.start), float(event.time_range.end))
+        kernel = "cuda" in str(getattr(event, "device_type", "")).lower()
+        if _is_comm(event.name):
+            comm.append(span)
+            if not kernel:
+                comm_by_thread.setdefault(event.thread, []).append(span)
+        elif kernel:
+            compute.append(span)
+        elif event.name.startswith("aten::") and "wait" not in event.name.lower():
+            candidates.append((event.thread, span))
+    own = {thread: _union(spans) for thread, spans in comm_by_thread.items()}
+    for thread, span in candidates:
+        inside = any(s <= span[0] and span[1] <= e for s, e in own.get(thread, ()))
+        if not inside:
+            compute.append(span)
+    comm_spans = _union(comm)
+    return _length(comm_spans) - _overlap(comm_spans, _union(compute))
+
+
+def comm_wait(ctx: CellContext, step: Callable[[], Any], steps: int) -> tuple[float, float, float]:
+    """(communication seconds, exposed communication seconds, wall seconds) per step over
+    steps profiled steps."""
     import torch.distributed as dist
     from torch.profiler import ProfilerActivity, profile
 
@@ -189,7 +251,8 @@ def comm_wait(ctx: CellContext, step: Callable[[], Any], steps: int) -> tuple[fl
             comm_us += event.self_cpu_time_total
             if "nccl" in event.key.lower():
                 comm_us += getattr(event, "self_device_time_total", 0.0)
-    return comm_us / 1e6 / steps, wall / steps
+    exposed = exposed_us(prof.events())
+    return comm_us / 1e6 / steps, exposed / 1e6 / steps, wall / steps
 
 
 class Fsdp2(Workload):
@@ -198,6 +261,14 @@ class Fsdp2(Workload):
         "FSDP2 (fully_shard) MLP training with AdamW: step time, comm wait, loss vs 1 rank"
     )
     sizes = SIZES
+    params = (
+        Param(
+            "reshard_after_forward",
+            (True, False),
+            (True,),
+            help="FSDP2's overlap setting: free gathered parameters after the forward (true)",
+        ),
+    )
     throughput_unit = "samples/s"
 
     distributed = True
@@ -208,8 +279,12 @@ class Fsdp2(Workload):
     def size_tag(self, params: Mapping[str, ParamValue], profile: str) -> str | None:
         return f"d{SIZES[profile]['dim']}"
 
+    def prepare(self, model: nn.Sequential, ctx: CellContext) -> None:
+        """Called on the sharded model before training: a plugin's hook (nothing here)."""
+
     def run(self, ctx: CellContext) -> None:
         import torch
+        import torch.distributed as dist
 
         size, steps = ctx.size, int(ctx.size["steps"])
         rank, world = ctx.rank, ctx.world_size
@@ -217,7 +292,8 @@ class Fsdp2(Workload):
         xs, ys = make_data(size, world, ctx.device)
         model = build_model(size, seed=0)
         initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        shard(model, ctx.device)
+        shard(model, ctx.device, bool(ctx.params.get("reshard_after_forward", True)))
+        self.prepare(model, ctx)
         optimizer = torch.optim.AdamW(model.parameters(), lr=float(size["lr"]))
         x_local, y_local = local_batch(xs, rank, world), local_batch(ys, rank, world)
         curve = train(trainer(model, optimizer, x_local, y_local, world), range(steps))
@@ -231,8 +307,13 @@ class Fsdp2(Workload):
             ctx.backend.sync()
 
         measure_in_lockstep(ctx, step, items_per_iter=xs.shape[1], unit=self.throughput_unit)
-        wait_s, wall_s = comm_wait(ctx, step, int(size["profile_steps"]))
+        wait_s, exposed_s, wall_s = comm_wait(ctx, step, int(size["profile_steps"]))
         ctx.rank_metric("comm_wait_s_per_step", wait_s, "s")
+        ctx.rank_metric("comm_exposed_s_per_step", exposed_s, "s")
+        # The row's figure is the worst rank's: the step waits for the slowest.
+        worst = torch.tensor([exposed_s], dtype=torch.float64)
+        dist.all_reduce(worst, op=dist.ReduceOp.MAX)
+        ctx.metric("comm_exposed_s_per_step", float(worst[0]), "s")
         ctx.rank_metric("local_param_bytes", local_bytes(list(model.parameters())), "B")
         ctx.metric("comm_wait_s_per_step", wait_s, "s")
         ctx.metric("comm_share", wait_s / wall_s if wall_s > 0 else None)

@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from suite.workloads import CellContext, Param, Workload
+from suite.workloads.fsdp2 import Fsdp2
 
 
 class TwoRanks(Workload):
@@ -112,11 +113,37 @@ class Lopsided(TwoRanks):
         heavy = bool(ctx.params["lopsided"]) and ctx.rank == 1
         n = 1 << 20
 
+        talk = torch.ones(16)
+
         def step() -> None:
             held = torch.ones(3 * n if heavy else n)
-            dist.all_reduce(held[:16])
+            # Not a view of `held`: the collective's work may keep its tensor alive past the
+            # step, and then several steps' `held` at once (a peak that did not repeat).
+            dist.all_reduce(talk)
             if heavy:
                 time.sleep(0.05)
             del held
 
         ctx.measure(step, items_per_iter=16)
+
+
+class BlockingFsdp2(Fsdp2):
+    """FSDP2 training with a planted collective no compute hides: a blocking all-reduce after
+    each Linear (the forward waits for it every layer), of 4 MiB, as a layer's activations
+    of a real model would be (this MLP's are 32 KiB, too little to tell from noise)."""
+
+    name = "fsdp2_blocking"
+
+    def prepare(self, model: Any, ctx: CellContext) -> None:
+        import torch
+        import torch.distributed as dist
+        from torch import nn
+
+        buffer = torch.zeros(1 << 20, device=ctx.device)  # stays zero, however often summed
+
+        def block(module: Any, inputs: Any, output: Any) -> None:
+            dist.all_reduce(buffer)  # synchronous: nothing runs beside it
+
+        for layer in model:
+            if isinstance(layer, nn.Linear):
+                layer.register_forward_hook(block)
