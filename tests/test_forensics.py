@@ -69,3 +69,21 @@ def test_the_flight_recorder_is_kept_on_cuda_cells_of_several_ranks(tmp_path: Pa
     assert flight_files(tmp_path, "fsdp2.n1x2@cuda.r0") == ["flight/fsdp2.n1x2@cuda.r0.rank1"]
     hang = hang_of([""], "R", 2, flight_files(tmp_path, "fsdp2.n1x2@cuda.r0"))
     assert hang is not None and "flight recorder: flight/" in hang_text(hang)
+
+
+def test_the_comment_shows_the_hung_rank_and_the_top_of_its_stack(tmp_path: Path) -> None:
+    from suite.core.loaded import LoadedRun
+    from suite.flows.compare import decide
+    from suite.judge.policy import load_policy
+    from suite.report import render_markdown
+    from suite.report.escape import md
+    from tests.synthetic import Cell, make_run
+
+    said = "rank 1 never reached the collective the others wait in (at w.py:7 in run: sleep(9))"
+    hung = Cell(workload="fsdp2", status="timeout", failure_mode="timeout",
+                message=f"no result within 30s; worker killed; {said}")  # fmt: skip
+    b = make_run(tmp_path / "b", [Cell(workload="fsdp2")], run_id="20261130T100000Z-aaaaaa")
+    c = make_run(tmp_path / "c", [hung], run_id="20261130T100000Z-bbbbbb")
+    decision = decide(LoadedRun.load(b), LoadedRun.load(c), load_policy(None, "research"))
+    section = render_markdown(decision).split("fsdp2.a@cpu", 1)[1]  # the cell's own section
+    assert md(said) in section

@@ -1,9 +1,9 @@
 """The scaling gate: how each pin's throughput scales with the world.
 
-The cells of one distributed case at different worlds (fsdp2.true.d256.n1x2, fsdp2.true.d256.n2x2) form a
-scaling row. A pin's efficiency at world W is its per-rank throughput at W over the per-rank
-throughput at the row's smallest world W0. The gate compares the candidate's efficiency with the
-baseline's, round by round: in round r,
+The cells of one distributed case at different worlds (fsdp2.true.d256.n1x2,
+fsdp2.true.d256.n2x2) form a scaling row. A pin's efficiency at world W is its per-rank
+throughput at W over the per-rank throughput at the row's smallest world W0. The gate compares
+the candidate's efficiency with the baseline's, round by round: in round r,
 
     d_r = -log(eff_cand_r / eff_base_r)
         = -log(tp_cand(W)_r / tp_base(W)_r) + log(tp_cand(W0)_r / tp_base(W0)_r)
