@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from suite.worker.measure import FLOOR_SAMPLES, MEMORY_PASS_CALLS, Budget, memory_pass, run_timed
+from suite.worker.measure import (
+    FLOOR_SAMPLES,
+    MEMORY_PASS_CALLS,
+    Budget,
+    memory_pass,
+    planned_samples,
+    run_timed,
+)
 
 
 class FakeClock:
@@ -89,3 +96,33 @@ def test_slow_calls_are_timed_one_by_one() -> None:
         warmup_iters=1, min_iters=3, max_iters=3, min_time_s=0, max_time_s=10, min_sample_s=0.005
     )
     assert run_timed(clock.fn, lambda: None, budget, clock=clock).calls_per_sample == 1
+
+
+def test_planned_samples_are_what_the_clock_would_have_stopped_at() -> None:
+    # The ranks of a cell fix their samples before the first one; at a steady step time the
+    # plan must equal the count the stopping rule reaches on its own clock.
+    budgets = [
+        Budget(warmup_iters=0, min_iters=200, max_iters=2000, min_time_s=0.2, max_time_s=0.6),
+        Budget(warmup_iters=0, min_iters=100, max_iters=1000, min_time_s=0, max_time_s=3.5),
+        Budget(warmup_iters=0, min_iters=3, max_iters=1000, min_time_s=0.010, max_time_s=10),
+        Budget(warmup_iters=0, min_iters=50, max_iters=60, min_time_s=1.0, max_time_s=30),
+    ]
+    for budget in budgets:
+        for step_ns in (1_000, 1_000_000, 3_000_000, 10_000_000, 50_000_000, 1_000_000_000):
+            clock = FakeClock([step_ns])
+            taken = len(run_timed(clock.fn, lambda: None, budget, clock=clock).samples_s)
+            assert planned_samples(step_ns / 1e9, budget) == taken, (budget, step_ns)
+
+
+def test_ranks_take_the_count_they_agree_on() -> None:
+    clock = FakeClock([50_000_000])  # 50 ms: a checkpoint's save and load at smoke size
+    budget = Budget(warmup_iters=2, min_iters=200, max_iters=2000, min_time_s=0.2, max_time_s=0.6)
+    offered: list[int] = []
+
+    def fewest(count: int) -> int:
+        offered.append(count)
+        return count - 5  # another rank planned fewer
+
+    timing = run_timed(clock.fn, lambda: None, budget, clock=clock, agree=fewest)
+    assert offered == [FLOOR_SAMPLES]  # 0.6 s fits 12 such samples: the floor, not 200
+    assert len(timing.samples_s) == FLOOR_SAMPLES - 5

@@ -58,6 +58,9 @@ def valgrind() -> str | None:
     return shutil.which("valgrind")
 
 
+# Counting runs at the lowest priority: an instruction count does not depend on the CPU time it
+# gets, and what runs beside it (the rollback checks) keeps the core it needs, and its clock.
+NICE = ("nice", "-n", "19")
 # Children traced: a side's interpreter may be a wrapper script that execs Python; compilers a
 # cell starts are not (their instructions are not the step's, and they would take minutes).
 CALLGRIND = (
@@ -100,7 +103,11 @@ class Counter:
                 self.env,
                 self.run_dir / "logs" / "counting-forkserver.log",
                 ready_timeout_s=COUNT_TIMEOUT_S,
-                prefix=(*CALLGRIND, f"--callgrind-out-file={self.profiles}/callgrind.out.%p"),
+                prefix=(
+                    *NICE,
+                    *CALLGRIND,
+                    f"--callgrind-out-file={self.profiles}/callgrind.out.%p",
+                ),
             )
         return self._server
 
@@ -133,7 +140,7 @@ class Counter:
         argv = worker_argv(self.interpreter, spec, path, run_id, replicate)
         env = {**self.env, "TORCHINDUCTOR_CACHE_DIR": str(self.inductor_cache(spec))}
         if self.in_container:
-            argv = [*CALLGRIND, f"--callgrind-out-file={profile}", *argv]
+            argv = [*NICE, *CALLGRIND, f"--callgrind-out-file={profile}", *argv]
             outcome = self.launcher(Step(argv, log, COUNT_TIMEOUT_S, env=env))
         else:
             outcome = self._fork_server()(Step(argv, log, COUNT_TIMEOUT_S, env=env))

@@ -170,7 +170,7 @@ def run_ab(
     rollback_cells: list[Cell] = []
     rollback: RollbackRecord | None = None
     if checks is not None:
-        if not checked:  # after the rounds, when no counting left a core for them
+        if not checked:  # after the rounds, when there was no counting to run beside
             phases.begin("rollback")
             checks()
         rollback_cells, rollback = judge_rollback(options.out, policy)
@@ -313,13 +313,14 @@ def count_before_rounds(
     phases: Phases,
     checks: Callable[[], float] | None,
 ) -> tuple[float, bool]:
-    """The counting processes, before the rounds, with the rollback checks (when given) on the
-    core that the side done counting first leaves idle: an instruction count does not depend
-    on what else runs, a round's clock would. Returns the counting's wall time, charged to the
-    rounds' budget, and whether the checks ran."""
+    """The counting processes, before the rounds, with the rollback checks (when given) beside
+    them: an instruction count does not depend on what else runs, a round's clock would; the
+    counting yields the CPU (it runs at the lowest priority), so the checks' own figures are
+    theirs. Returns the counting's wall time, charged to the rounds' budget, and whether the
+    checks ran."""
     phases.begin("counting")
     try:
-        beside_s = count_cells(cells, runs, sides, progress, then=checks)
+        beside_s = count_cells(cells, runs, sides, progress, beside=checks)
     except BaseException:
         for run in runs.values():
             run.finish("interrupted")

@@ -1,11 +1,12 @@
 """The counting processes of an A/B's instructions gate: both sides count at once, before the
-rounds, and whatever runs beside them starts on the core the side done first leaves idle."""
+rounds, at the lowest priority (suite/execute/counting.py NICE), and whatever runs beside them
+starts with them and takes the CPU it needs first."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 from typing import TypeVar
@@ -27,13 +28,12 @@ def count_cells(
     runs: dict[str, Run],
     sides: dict[str, PreparedSide],
     progress: Progress | None,
-    then: Callable[[], T] | None = None,
+    beside: Callable[[], T] | None = None,
 ) -> T | None:
     """The counting processes of the instructions gate, before the rounds, for every countable
     cell: REPLICATES per side. The two sides count at once, one thread each (a count runs on
     one thread, and instructions do not depend on what else runs). A record already counted
-    (a resumed A/B) stays. `then` starts when the first side is done, beside the other side's
-    counting; what it returns is returned."""
+    (a resumed A/B) stays. `beside` runs at the same time, and what it returns is returned."""
     todo = [spec for spec in cells if countable(spec)]
 
     def count_side(role: str) -> None:
@@ -56,19 +56,15 @@ def count_cells(
         finally:
             counter.close()
 
-    return side_by_side([partial(count_side, role) for role in runs], then)
+    return side_by_side([partial(count_side, role) for role in runs], beside)
 
 
-def side_by_side(tasks: Sequence[Callable[[], None]], then: Callable[[], T] | None) -> T | None:
-    """The tasks at once, and `then` once the first of them has finished without an error, on
-    the thread it leaves; every task's error is raised, after `then` is done."""
+def side_by_side(tasks: Sequence[Callable[[], None]], beside: Callable[[], T] | None) -> T | None:
+    """The tasks and `beside` at once; what `beside` returns is returned, and every error is
+    raised once all of them are done (a task's first)."""
     with ThreadPoolExecutor(max_workers=len(tasks) + 1) as pool:
         started = [pool.submit(task) for task in tasks]
-        after = None
-        if then is not None:
-            first, _ = wait(started, return_when=FIRST_COMPLETED)
-            if all(done.exception() is None for done in first):
-                after = pool.submit(then)
+        after = pool.submit(beside) if beside is not None else None
         try:
             for done in started:
                 done.result()

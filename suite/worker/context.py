@@ -27,13 +27,12 @@ from suite.worker.identity import finite_or_none, model_record
 from suite.worker.measure import (
     BUDGETS,
     FLOOR_SAMPLES,
-    Budget,
     Timing,
     memory_pass,
     run_timed,
 )
 from suite.worker.memory import MemoryTracker
-from suite.worker.ranks import rank_env
+from suite.worker.ranks import fewest_over_ranks, rank_env
 from suite.workloads.base import CellContext, ExportAttempt, Fault, ParamValue
 
 if TYPE_CHECKING:
@@ -110,18 +109,20 @@ class WorkerContext(CellContext):
             raise Counted
         self.tracker = self.backend.memory_tracker()
         budget = BUDGETS[self.profile]
-        if self.world_size > 1:
-            # Ranks must stop sampling together: a time limit read on each rank's own clock
-            # would let one rank start a collective that the others never join.
-            count = budget.min_iters
-            budget = Budget(budget.warmup_iters, count, count, 0.0, float("inf"))
+        # Ranks sample as often as the slowest rank's warmup plans, fixed before the first.
+        agree = fewest_over_ranks if self.world_size > 1 else None
         # The CPUs this cell is expected to keep busy itself: its threads on every local rank
         # (a GPU cell's host thread); anything beyond the rest is another process's.
         import torch
 
         threads = torch.get_num_threads() if self.backend.device_type == "cpu" else 1
         self.timing = run_timed(
-            fn, self.backend.sync, budget, compiled=compiled, threads=threads * self.world_size
+            fn,
+            self.backend.sync,
+            budget,
+            compiled=compiled,
+            threads=threads * self.world_size,
+            agree=agree,
         )
         # Peak memory comes from its own pass: its allocator settings and sampler thread would
         # change the timings they ran beside.

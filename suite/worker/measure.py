@@ -198,6 +198,19 @@ def calls_per_sample(one_call_s: float, budget: Budget) -> int:
     return min(MAX_CALLS_PER_SAMPLE, math.ceil(budget.min_sample_s / max(one_call_s, 1e-9)))
 
 
+def planned_samples(sample_s: float, budget: Budget, floor: int = FLOOR_SAMPLES) -> int:
+    """The samples run_timed's stopping rule would take were every sample SAMPLE_S long: both
+    minimums met, or either maximum (past max_time_s, once the floor is in)."""
+    per = max(sample_s, 1e-9)
+
+    def samples_in(seconds: float) -> int:
+        return math.ceil(seconds / per - 1e-9)  # 0.5 s of 10 ms samples is 50, not 51
+
+    enough = max(budget.min_iters, samples_in(budget.min_time_s))
+    out_of_time = max(min(floor, budget.max_iters), samples_in(budget.max_time_s))
+    return max(1, min(budget.max_iters, enough, out_of_time))
+
+
 def time_call(fn: Callable[[], Any], sync: Callable[[], None], clock: Clock) -> float:
     """One synchronized call, in seconds."""
     sync()
@@ -217,9 +230,15 @@ def run_timed(
     floor: int = FLOOR_SAMPLES,
     cpu: CpuSampler = cpu_reading,
     threads: int = 1,
+    agree: Callable[[int], int] | None = None,
 ) -> Timing:
     """Cold call, warmup, then samples of synchronized blocks of calls. Nothing else runs in
-    the timed region: memory instruments have a pass of their own (memory_pass)."""
+    the timed region: memory instruments have a pass of their own (memory_pass).
+
+    With `agree` (the ranks of one cell), the number of samples is fixed before the first:
+    planned_samples from the warmup, passed to agree, which returns the number every rank
+    takes; a limit read on each rank's own clock would let one rank start a collective that
+    the others never join."""
     timing = Timing()
     timing.cold_start_s = time_call(fn, sync, clock)
     if compiled:
@@ -228,8 +247,12 @@ def run_timed(
     warm = [time_call(fn, sync, clock) for _ in range(budget.warmup_iters)]
     timing.warmup_iters = budget.warmup_iters
     timing.warmup_s = (clock() - warm_start) / 1e9
-    calls = calls_per_sample(min(warm, default=timing.cold_start_s), budget)
+    one_call_s = min(warm, default=timing.cold_start_s)
+    calls = calls_per_sample(one_call_s, budget)
     timing.calls_per_sample = calls
+    if agree is not None:
+        count = agree(planned_samples(calls * one_call_s, budget, floor))
+        budget = Budget(budget.warmup_iters, count, count, 0.0, float("inf"))
     samples: list[float] = []
     before = cpu()
     begin = clock()

@@ -194,6 +194,15 @@ def hand_over(doc: Result, result_path: Path) -> None:
         say(RECORD_MARK, dict(doc))
 
 
+def fewest_over_ranks(count: int) -> int:
+    """The smallest of every rank's COUNT, on every rank (a collective of the default group)."""
+    import torch.distributed as dist
+
+    counts: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(counts, count)
+    return min(int(c) for c in counts)
+
+
 def shutdown_distributed() -> None:
     if "torch.distributed" in sys.modules:
         import torch.distributed as dist

@@ -140,6 +140,21 @@ def train(step: Callable[[int], torch.Tensor], indices: Sequence[int]) -> torch.
     return torch.stack([step(i) for i in indices])
 
 
+def timed_training(
+    ctx: CellContext, train_step: Callable[[int], torch.Tensor], steps: int, batch: int
+) -> Callable[[], None]:
+    """Time TRAIN_STEP over the cell's batches in turn, in lockstep over the ranks (throughput
+    in samples of the whole BATCH), and return the step for whatever else measures it."""
+    order = itertools.cycle(range(steps))
+
+    def step() -> None:
+        train_step(next(order))
+        ctx.backend.sync()
+
+    measure_in_lockstep(ctx, step, items_per_iter=batch, unit="samples/s")
+    return step
+
+
 def single_process_curve(
     initial: Mapping[str, torch.Tensor],
     size: Mapping[str, Any],
@@ -299,14 +314,7 @@ class Fsdp2(Workload):
         curve = train(trainer(model, optimizer, x_local, y_local, world), range(steps))
 
         # Timed without the loss all-reduce that the curve needs: a training step alone.
-        train_step = trainer(model, optimizer, x_local, y_local)
-        order = itertools.cycle(range(steps))
-
-        def step() -> None:
-            train_step(next(order))
-            ctx.backend.sync()
-
-        measure_in_lockstep(ctx, step, items_per_iter=xs.shape[1], unit=self.throughput_unit)
+        step = timed_training(ctx, trainer(model, optimizer, x_local, y_local), steps, xs.shape[1])
         wait_s, exposed_s, wall_s = comm_wait(ctx, step, int(size["profile_steps"]))
         ctx.rank_metric("comm_wait_s_per_step", wait_s, "s")
         ctx.rank_metric("comm_exposed_s_per_step", exposed_s, "s")

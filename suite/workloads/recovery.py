@@ -33,8 +33,14 @@ from suite.workloads.checkpoint import (
     _require_numpy,
     _save_state,
 )
-from suite.workloads.collectives import measure_in_lockstep
-from suite.workloads.fsdp2 import WORLD_SIZE, fully_shard_fn, local_batch, make_data, trainer
+from suite.workloads.fsdp2 import (
+    WORLD_SIZE,
+    fully_shard_fn,
+    local_batch,
+    make_data,
+    timed_training,
+    trainer,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -171,14 +177,9 @@ class Recovery(Workload):
         ctx.metric("attempt", ctx.attempt)
         ctx.metric("steps", steps)
 
-        order = iter(range(10**9))
-        timed_step = trainer(whole_model, whole_optimizer, x_local, y_local)
-
-        def step() -> None:
-            timed_step(next(order) % steps)
-            ctx.backend.sync()
-
-        measure_in_lockstep(ctx, step, items_per_iter=xs.shape[1], unit=self.throughput_unit)
+        timed_training(
+            ctx, trainer(whole_model, whole_optimizer, x_local, y_local), steps, xs.shape[1]
+        )
 
     @staticmethod
     def _judge(
