@@ -77,3 +77,18 @@ def test_a_counting_process_runs_at_the_lowest_priority() -> None:
     out = subprocess.run([*NICE, sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert int(out.stdout) == max(19, os.nice(0))
+
+
+def test_a_niced_process_in_a_session_of_its_own_keeps_its_priority() -> None:
+    # Each counting worker is a session of its own (the fork server's setsid), which Linux
+    # schedules as an autogroup of nice 0 unless the group is given the process's nice.
+    if not os.path.exists("/proc/self/autogroup"):
+        pytest.skip("this kernel has no autogroups: nice alone is the priority")
+    code = (
+        "import os; from suite.worker.counting import keep_priority; os.setsid(); "
+        "before = open('/proc/self/autogroup').read().split()[-1]; keep_priority(); "
+        "print(before, open('/proc/self/autogroup').read().split()[-1])"
+    )
+    out = subprocess.run([*NICE, sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["0", "19"]

@@ -126,3 +126,15 @@ def test_ranks_take_the_count_they_agree_on() -> None:
     timing = run_timed(clock.fn, lambda: None, budget, clock=clock, agree=fewest)
     assert offered == [FLOOR_SAMPLES]  # 0.6 s fits 12 such samples: the floor, not 200
     assert len(timing.samples_s) == FLOOR_SAMPLES - 5
+
+
+def test_ranks_time_one_call_a_sample() -> None:
+    # Blocks of calls sized on each rank's clock would differ in calls between the ranks.
+    clock = FakeClock([100_000])  # 0.1 ms, well under min_sample_s
+    budget = Budget(warmup_iters=2, min_iters=200, max_iters=2000, min_time_s=0.2,
+                    max_time_s=0.6, min_sample_s=0.002)  # fmt: skip
+    alone = run_timed(clock.fn, lambda: None, budget, clock=clock)
+    assert alone.calls_per_sample == 20
+    ranked = run_timed(clock.fn, lambda: None, budget, clock=clock, agree=lambda n: n)
+    assert ranked.calls_per_sample == 1
+    assert len(ranked.samples_s) == 2000  # max_iters: 0.2 s would need 2000 0.1 ms samples

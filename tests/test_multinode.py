@@ -67,6 +67,9 @@ workloads:
   - workload: collectives
     grid: {op: [all_reduce, all_gather], size: [1KiB], api: [c10d]}
     world: {nodes: [2], ranks_per_node: [2]}
+  - workload: reshard
+    grid: {bug: [none, drop_shard]}
+    world: {nodes: [2], ranks_per_node: [2]}
 """
 
 
@@ -81,7 +84,16 @@ def test_two_nodes_of_two_ranks_run_every_distributed_workload(
         "collectives.all_gather.1KiB.c10d.n2x2@cpu",
         "collectives.all_reduce.1KiB.c10d.n2x2@cpu",
         "fsdp2.true.d256.n2x2@cpu",
+        "reshard.drop_shard.d256.n2x2@cpu",
+        "reshard.none.d256.n2x2@cpu",
     ]
+    # Resharded across the nodes, each save handed to the other node (nothing is shared): a
+    # lost shard fails every load after it, the clean path passes them all.
+    planted = cells.pop("reshard.drop_shard.d256.n2x2@cpu")
+    assert planted["status"] == "failed", planted["failure"]
+    assert {c["label"]: c["passed"] for c in planted["correctness"]["checks"]} == {
+        "reshard_2_to_4": False, "reshard_4_to_2": False, "reshard_4_to_1": False,
+    }  # fmt: skip
     for cell_id, doc in cells.items():
         assert doc["status"] == "ok", (cell_id, doc["failure"])
         assert doc["correctness"]["passed"], cell_id

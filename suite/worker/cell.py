@@ -24,7 +24,7 @@ from suite.core.results import atomic_write_json, base_result, utc_now, write_re
 from suite.core.spec import CellSpec
 from suite.worker.backends import Backend, get, mps_fallback_enabled
 from suite.worker.context import WorkerContext, fill_measurements, save_outputs, write_trace
-from suite.worker.counting import Counted, steps_to_count
+from suite.worker.counting import Counted, keep_priority, steps_to_count
 from suite.worker.envinfo import imported_distributions
 from suite.worker.forensics import start_watchdog
 from suite.worker.measure import (
@@ -362,6 +362,7 @@ def _die_with_agent() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     worker_start = time.perf_counter()
     faulthandler.enable()  # a segfault still leaves a Python traceback in the cell's log
+    keep_priority()
     parser = argparse.ArgumentParser(prog="python -m suite.worker")
     sub = parser.add_subparsers(dest="command", required=True)
     probe = sub.add_parser("probe")
@@ -386,10 +387,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     start_heartbeat()
     start_watchdog(args.run_id, rank_env()[0], where()["node"])
     code = run_cell(spec, args.run_id, args.round, args.result, worker_start, args.trace)
-    # The record is written and the group destroyed: the rank leaves without the interpreter's
-    # teardown. Torch 2.14.1's CUDA build on a host with no driver aborts in a C++ destructor
-    # at exit ("terminate called without an active exception") in about one run in three of a
-    # profiled gloo collective under torchrun (none of 20 with this exit), and a rank that dies
+    # Record written, group destroyed: leave without the interpreter's teardown. Torch 2.14.1's
+    # CUDA build with no driver aborts in a C++ destructor at exit after a profiled gloo
+    # collective (5 runs in 14 of a torchrun script, none of 20 with this exit), and a rank dead
     # at exit has torchrun stop the others, rank 0 before its record is written.
     sys.stdout.flush()
     sys.stderr.flush()

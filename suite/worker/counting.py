@@ -90,6 +90,22 @@ class Counted(BaseException):
     measure() does not swallow it."""
 
 
+def keep_priority() -> None:
+    """A process started niced in a session of its own stays niced. On Linux each session is
+    an autogroup, which the scheduler weighs as one process of the group's own nice (0),
+    whatever its processes' nice: a counting process (suite/execute/counting.py NICE) would
+    take as much CPU as the rollback checks beside it, whose clock it then slows. The group is
+    given the process's nice; where there are no autogroups nothing changes."""
+    niceness = os.nice(0)
+    if niceness <= 0:
+        return
+    try:
+        with open("/proc/self/autogroup", "w", encoding="ascii") as group:
+            group.write(str(niceness))
+    except OSError:
+        pass
+
+
 def steps_to_count() -> int | None:
     """The steps this worker counts, when its parent started it to count them."""
     value = os.environ.get(COUNT_VAR, "").strip()

@@ -249,10 +249,13 @@ def run_timed(
     timing.warmup_s = (clock() - warm_start) / 1e9
     one_call_s = min(warm, default=timing.cold_start_s)
     calls = calls_per_sample(one_call_s, budget)
-    timing.calls_per_sample = calls
     if agree is not None:
-        count = agree(planned_samples(calls * one_call_s, budget, floor))
+        # One call a sample: blocks sized on each rank's own clock would differ in calls, and
+        # a rank would wait in a collective that another, done, never joins.
+        calls = 1
+        count = agree(planned_samples(one_call_s, budget, floor))
         budget = Budget(budget.warmup_iters, count, count, 0.0, float("inf"))
+    timing.calls_per_sample = calls
     samples: list[float] = []
     before = cpu()
     begin = clock()

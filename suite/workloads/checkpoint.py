@@ -153,18 +153,26 @@ def _fresh(
     return model, torch.optim.AdamW(model.parameters(), lr=float(size["lr"]))
 
 
-def _save_state(model: nn.Module, optimizer: torch.optim.Optimizer, checkpoint: Path) -> None:
+def _save_state(
+    model: nn.Module, optimizer: torch.optim.Optimizer, checkpoint: Path, group: Any = None
+) -> None:
+    """Save model and optimizer state with DCP, over GROUP's ranks (the default group's)."""
     from torch.distributed.checkpoint.state_dict import get_state_dict
     from torch.distributed.checkpoint.state_dict_saver import save
 
     model_sd, optim_sd = get_state_dict(model, optimizer)
-    save({"model": model_sd, "optim": optim_sd}, checkpoint_id=checkpoint)
+    save({"model": model_sd, "optim": optim_sd}, checkpoint_id=checkpoint, process_group=group)
 
 
 def _load_state(
-    model: nn.Module, optimizer: torch.optim.Optimizer, checkpoint: Path, optimizer_too: bool
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    checkpoint: Path,
+    optimizer_too: bool = True,
+    group: Any = None,
 ) -> None:
-    """Load the checkpoint into MODEL, and into OPTIMIZER unless the planted bug drops it."""
+    """Load the checkpoint into MODEL, and into OPTIMIZER unless the planted bug drops it,
+    over GROUP's ranks (the default group's)."""
     from torch.distributed.checkpoint.state_dict import (
         get_model_state_dict,
         get_state_dict,
@@ -176,12 +184,12 @@ def _load_state(
     state: dict[str, Any]
     if not optimizer_too:
         state = {"model": get_model_state_dict(model)}
-        load(state, checkpoint_id=checkpoint)
+        load(state, checkpoint_id=checkpoint, process_group=group)
         set_model_state_dict(model, state["model"])
         return
     model_sd, optim_sd = get_state_dict(model, optimizer)
     state = {"model": model_sd, "optim": optim_sd}
-    load(state, checkpoint_id=checkpoint)
+    load(state, checkpoint_id=checkpoint, process_group=group)
     set_state_dict(
         model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"]
     )

@@ -8,11 +8,13 @@ it into an unsharded model with no process group (4 -> 1). Each loaded state, ga
 must equal the state that was first saved (correctness, exact: the fp32 tolerance alone).
 ``bug=drop_shard`` plants a resharding bug: the last rank's shard of the first parameter is lost
 (zeroed) after the 2 -> 4 load, and every check after it must fail. ctx.measure times the
-resharded 2 -> 4 load on every rank.
+resharded 2 -> 4 load on every rank. On several nodes each save is handed to every node through
+a collective, as the checkpoint workload's are: no filesystem is assumed shared.
 """
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -21,8 +23,11 @@ from typing import TYPE_CHECKING, Any
 from suite.workloads.base import CellContext, Param, ParamValue, Unsupported, Workload
 from suite.workloads.checkpoint import (
     _import_dcp,
-    _on_several_nodes,
+    _load_state,
+    _local_rank,
     _require_numpy,
+    _save_state,
+    _share,
     _shared_dir,
 )
 from suite.workloads.collectives import measure_in_lockstep
@@ -80,26 +85,6 @@ def _state(model: nn.Module, optimizer: Any | None) -> list[torch.Tensor]:
     return tensors
 
 
-def _save(model: nn.Module, optimizer: Any, path: Path, group: Any = None) -> None:
-    from torch.distributed.checkpoint.state_dict import get_state_dict
-    from torch.distributed.checkpoint.state_dict_saver import save
-
-    model_sd, optim_sd = get_state_dict(model, optimizer)
-    save({"model": model_sd, "optim": optim_sd}, checkpoint_id=path, process_group=group)
-
-
-def _load(model: nn.Module, optimizer: Any, path: Path, group: Any = None) -> None:
-    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
-    from torch.distributed.checkpoint.state_dict_loader import load
-
-    model_sd, optim_sd = get_state_dict(model, optimizer)
-    state: dict[str, Any] = {"model": model_sd, "optim": optim_sd}
-    load(state, checkpoint_id=path, process_group=group)
-    set_state_dict(
-        model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"]
-    )
-
-
 def _load_alone(size: Mapping[str, Any], path: Path) -> list[torch.Tensor]:
     """4 -> 1: an unsharded model in one process with no process group, as a user would
     inspect or serve a checkpoint."""
@@ -149,17 +134,26 @@ class Reshard(Workload):
         return f"d{SIZES[profile]['dim']}"
 
     def run(self, ctx: CellContext) -> None:
+        _import_dcp()
+        fully_shard_fn()  # Unsupported before anything is built
+        _require_numpy()
+        if ctx.world_size != WORLD:
+            raise Unsupported(f"reshard runs in a world of {WORLD} ranks, not {ctx.world_size}")
+        folder, remove = _shared_dir(ctx)
+        try:
+            self._reshard(ctx, folder)
+        finally:
+            if remove and _local_rank() == 0:
+                shutil.rmtree(folder, ignore_errors=True)
+
+    def _reshard(self, ctx: CellContext, folder: Path) -> None:
+        """2 -> 4 -> 2 -> 1. On several nodes, each save is handed to every node (as the
+        checkpoint workload does): no filesystem is assumed shared."""
         import torch
         import torch.distributed as dist
         from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
-        _import_dcp()
-        fully_shard_fn()  # Unsupported before anything is built
-        _require_numpy()
         rank, world, size = ctx.rank, ctx.world_size, ctx.size
-        if world != WORLD or _on_several_nodes(world):
-            raise Unsupported(f"reshard runs in one node's world of {WORLD} ranks, not {world}")
-        folder, _ = _shared_dir(ctx)
         pair = dist.new_group(list(range(SAVED_AT)))  # every rank takes part in making it
         world_mesh = init_device_mesh(ctx.device.type, (world,))
         pair_mesh = DeviceMesh.from_group(pair, ctx.device.type) if rank < SAVED_AT else None
@@ -174,28 +168,31 @@ class Reshard(Workload):
                            local_batch(ys, rank, SAVED_AT))  # fmt: skip
             for i in range(int(size["steps"])):
                 step(i)
-            _save(model, optimizer, folder / "w2", pair)
+            _save_state(model, optimizer, folder / "w2", pair)
             saved = _state(model, optimizer)
+        _share(folder / "w2", world)
         shared: list[Any] = [saved]
         dist.broadcast_object_list(shared, src=0)
         original = torch.cat(list(shared[0]))
 
         model4, optimizer4 = _sharded(size, world_mesh, seed=1)
-        _load(model4, optimizer4, folder / "w2")
+        _load_state(model4, optimizer4, folder / "w2")
         if ctx.params["bug"] == "drop_shard":
             _lose_a_shard(model4, rank, world)
         checks = {"2_to_4": torch.cat(_state(model4, optimizer4))}
-        _save(model4, optimizer4, folder / "w4")
+        _save_state(model4, optimizer4, folder / "w4")
+        _share(folder / "w4", world)
         dist.barrier()
         if pair_mesh is not None:  # 4 -> 2
             model2, optimizer2 = _sharded(size, pair_mesh, seed=3)
-            _load(model2, optimizer2, folder / "w4", pair)
+            _load_state(model2, optimizer2, folder / "w4", group=pair)
             checks["4_to_2"] = torch.cat(_state(model2, optimizer2))
         if rank == 0:  # 4 -> 1: the model alone (an optimizer needs the sharded run's state)
             checks["4_to_1"] = torch.cat(_load_alone(size, folder / "w4"))
         dist.barrier()
         self._judge(ctx, checks, original)
         self._measure(ctx, model4, optimizer4, folder / "w2")
+        dist.barrier()  # no rank still reads the folder when it is removed
 
     @staticmethod
     def _judge(ctx: CellContext, checks: Mapping[str, torch.Tensor], original: Any) -> None:
@@ -219,7 +216,7 @@ class Reshard(Workload):
 
         def load() -> None:
             start = time.perf_counter()
-            _load(model, optimizer, path)
+            _load_state(model, optimizer, path)
             ctx.backend.sync()
             loads.append(time.perf_counter() - start)
 
