@@ -123,3 +123,21 @@ def test_the_joined_decision_of_many_jobs_adds_up_their_library_differences() ->
         {"name": "accelerate", "baseline": None, "candidate": "1.0", "cells": 1},
         {"name": "transformers", "baseline": "4.57.1", "candidate": "4.58.0", "cells": 5},
     ]
+
+
+def test_the_harness_itself_is_not_a_library_the_workload_imported() -> None:
+    # Installed in the baseline's interpreter (pip install -e .) and passed by path to the
+    # candidate's venv: were it counted, every A/B would name it a changed workload.
+    from importlib.metadata import packages_distributions
+
+    assert "torch-matrix" in packages_distributions().get("suite", []), "install it: pip -e ."
+    code = (
+        "import json, sys; before = set(sys.modules); import yaml, suite.workloads.sdpa; "
+        "from suite.worker.envinfo import imported_distributions; "
+        "print(json.dumps(imported_distributions(before)))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert "pyyaml" in found  # a library it did import is listed
+    assert "torch-matrix" not in found

@@ -56,13 +56,18 @@ def distributions() -> dict[str, str]:
     return dict(sorted(out.items()))
 
 
+HARNESS_PACKAGE = __name__.split(".")[0]
+
+
 def imported_distributions(before: set[str]) -> dict[str, str]:
     """The distributions whose top-level modules were imported since BEFORE (a snapshot of
     sys.modules), by normalized name: the libraries the workload used, whose versions are part
-    of what it measured. Modules of no distribution (the plugin's own file) are left out."""
+    of what it measured. Modules of no distribution (the plugin's own file) are left out, and
+    so is this harness: it is the same code on both sides, installed on one (the baseline's
+    interpreter) and passed by path to the other."""
     from importlib.metadata import PackageNotFoundError, packages_distributions, version
 
-    tops = {name.split(".")[0] for name in set(sys.modules) - before}
+    tops = {name.split(".")[0] for name in set(sys.modules) - before} - {HARNESS_PACKAGE}
     owners = packages_distributions()
     out: dict[str, str] = {}
     for top in sorted(tops):
