@@ -67,6 +67,8 @@ workloads:
   - workload: collectives
     grid: {op: [all_reduce, all_gather], size: [1KiB], api: [c10d]}
     world: {nodes: [2], ranks_per_node: [2]}
+"""
+RESHARD4 = """\
   - workload: reshard
     grid: {bug: [none, drop_shard]}
     world: {nodes: [2], ranks_per_node: [2]}
@@ -77,7 +79,7 @@ def test_two_nodes_of_two_ranks_run_every_distributed_workload(
     hosts: Hosts, tmp_path: Path
 ) -> None:
     out = tmp_path / "world4"
-    run(out, WORLD4 + hosts.launcher_yaml())
+    run(out, WORLD4 + RESHARD4 + hosts.launcher_yaml())
     cells = {p.stem: dict(read_result(p)) for p in (out / "cells").glob("*.json")}
     assert sorted(cells) == [
         "checkpoint.false.d256.n2x2@cpu",

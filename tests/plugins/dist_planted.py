@@ -129,8 +129,9 @@ class Lopsided(TwoRanks):
 
 class BlockingFsdp2(Fsdp2):
     """FSDP2 training with a planted collective no compute hides: a blocking all-reduce after
-    each Linear (the forward waits for it every layer), of 4 MiB, as a layer's activations
-    of a real model would be (this MLP's are 32 KiB, too little to tell from noise)."""
+    each Linear (the forward waits for it every layer), of 16 MiB, as a layer's activations
+    of a real model would be (this MLP's are 32 KiB, too little to tell from noise; 4 MiB was
+    told from it alone, not always beside another test on two cores)."""
 
     name = "fsdp2_blocking"
 
@@ -139,7 +140,7 @@ class BlockingFsdp2(Fsdp2):
         import torch.distributed as dist
         from torch import nn
 
-        buffer = torch.zeros(1 << 20, device=ctx.device)  # stays zero, however often summed
+        buffer = torch.zeros(1 << 22, device=ctx.device)  # stays zero, however often summed
 
         def block(module: Any, inputs: Any, output: Any) -> None:
             dist.all_reduce(buffer)  # synchronous: nothing runs beside it
