@@ -32,7 +32,7 @@ from suite.worker.measure import (
     run_timed,
 )
 from suite.worker.memory import MemoryTracker
-from suite.worker.ranks import fewest_over_ranks, rank_env
+from suite.worker.ranks import over_ranks, rank_env
 from suite.workloads.base import CellContext, ExportAttempt, Fault, ParamValue
 
 if TYPE_CHECKING:
@@ -110,7 +110,7 @@ class WorkerContext(CellContext):
         self.tracker = self.backend.memory_tracker()
         budget = BUDGETS[self.profile]
         # Ranks sample as often as the slowest rank's warmup plans, fixed before the first.
-        agree = fewest_over_ranks if self.world_size > 1 else None
+        agree = (lambda n: int(min(over_ranks(n)))) if self.world_size > 1 else None
         # The CPUs this cell is expected to keep busy itself: its threads on every local rank
         # (a GPU cell's host thread); anything beyond the rest is another process's.
         import torch

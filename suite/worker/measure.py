@@ -248,11 +248,10 @@ def run_timed(
     timing.warmup_iters = budget.warmup_iters
     timing.warmup_s = (clock() - warm_start) / 1e9
     one_call_s = min(warm, default=timing.cold_start_s)
-    calls = calls_per_sample(one_call_s, budget)
+    # Ranks time one call a sample: blocks sized on each rank's own clock would differ in
+    # calls, and a rank would wait in a collective that another, done, never joins.
+    calls = 1 if agree is not None else calls_per_sample(one_call_s, budget)
     if agree is not None:
-        # One call a sample: blocks sized on each rank's own clock would differ in calls, and
-        # a rank would wait in a collective that another, done, never joins.
-        calls = 1
         count = agree(planned_samples(one_call_s, budget, floor))
         budget = Budget(budget.warmup_iters, count, count, 0.0, float("inf"))
     timing.calls_per_sample = calls

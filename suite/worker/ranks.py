@@ -194,13 +194,13 @@ def hand_over(doc: Result, result_path: Path) -> None:
         say(RECORD_MARK, dict(doc))
 
 
-def fewest_over_ranks(count: int) -> int:
-    """The smallest of every rank's COUNT, on every rank (a collective of the default group)."""
+def over_ranks(value: float) -> list[float]:
+    """Every rank's VALUE, in rank order, on every rank (a collective of the default group)."""
     import torch.distributed as dist
 
-    counts: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(counts, count)
-    return min(int(c) for c in counts)
+    values: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(values, value)
+    return [float(v) for v in values]
 
 
 def shutdown_distributed() -> None:

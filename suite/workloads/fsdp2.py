@@ -319,9 +319,9 @@ class Fsdp2(Workload):
         ctx.rank_metric("comm_wait_s_per_step", wait_s, "s")
         ctx.rank_metric("comm_exposed_s_per_step", exposed_s, "s")
         # The row's figure is the worst rank's: the step waits for the slowest.
-        worst = torch.tensor([exposed_s], dtype=torch.float64)
-        dist.all_reduce(worst, op=dist.ReduceOp.MAX)
-        ctx.metric("comm_exposed_s_per_step", float(worst[0]), "s")
+        every: list[Any] = [None] * world
+        dist.all_gather_object(every, exposed_s)
+        ctx.metric("comm_exposed_s_per_step", max(every), "s")
         ctx.rank_metric("local_param_bytes", local_bytes(list(model.parameters())), "B")
         ctx.metric("comm_wait_s_per_step", wait_s, "s")
         ctx.metric("comm_share", wait_s / wall_s if wall_s > 0 else None)
