@@ -240,8 +240,10 @@ def test_the_matrixs_requirements_go_to_every_side_that_takes_them(
     given: dict[str, tuple[str, ...]] = {}
 
     def prepared(spec: str, role: str, **kw: Any) -> Any:
+        from suite.execute.prepared import PreparedSide
+
         given[role] = tuple(kw["with_requirements"])
-        return role
+        return PreparedSide(spec, role, sys.executable, 0.0, sides.parse(spec, role))
 
     monkeypatch.setattr(sides, "prepare", prepared)
     none = {"baseline": Indexes(), "candidate": Indexes()}

@@ -28,7 +28,7 @@ from suite.cli.options import (
     requirement_options,
     warn_below_resolution,
 )
-from suite.core.errors import InputError
+from suite.core.errors import InputError, warn
 from suite.core.secrets import redact_text
 from suite.execute.indexes import Indexes
 from suite.github.outputs import step_outputs_on_error
@@ -36,6 +36,7 @@ from suite.report import write_reports
 
 if TYPE_CHECKING:
     from suite.core.decision_records import DecisionRecord
+    from suite.execute.pinned import BaselinePins
     from suite.execute.prepared import PreparedSide
 
 
@@ -179,20 +180,31 @@ def _prepare(
     needs: tuple[str, ...] = (),
 ) -> tuple[PreparedSide, PreparedSide]:
     """Both sides, ready: each with --with's requirements and the matrix's (an image side takes
-    the matrix's as built; --with it refuses)."""
-    from suite.execute.sides import admitted, prepare, takes_extra
+    the matrix's as built; --with it refuses). The baseline first: a candidate venv is held to the
+    versions the baseline holds (suite/execute/pinned.py), so that only the torch pin differs; what
+    it cannot hold is named. A resumed A/B reads the same baseline again, so gets the same venv."""
+    from suite.execute.sides import admitted, baseline_pins, prepare, takes_extra, takes_pins
+    from suite.judge.packages import COMPANIONS
 
     admitted(baseline, "baseline", with_requirements)  # neither prepared if one cannot take them
     admitted(candidate, "candidate", with_requirements)
     log = out / "prepare.log"
-    prepared = []
-    for role, spec in (("baseline", baseline), ("candidate", candidate)):
+
+    def ready(spec: str, role: str, pins: BaselinePins | None = None) -> PreparedSide:
         click.echo(f"preparing {role} {redact_text(spec)} …", err=True)
         reqs = with_requirements + tuple(
             r for r in needs if takes_extra(spec, role) and r not in with_requirements
         )
-        prepared.append(prepare(spec, role, log=log, indexes=indexes[role], with_requirements=reqs))
-    return prepared[0], prepared[1]
+        return prepare(
+            spec, role, log=log, indexes=indexes[role], with_requirements=reqs, pins=pins
+        )
+
+    base = ready(baseline, "baseline")
+    pins = baseline_pins(base, COMPANIONS) if takes_pins(candidate, "candidate") else None
+    cand = ready(candidate, "candidate", pins)
+    for relaxed in cand.relaxed:
+        warn(relaxed.warning())
+    return base, cand
 
 
 def _echo_phases(decision: DecisionRecord) -> None:

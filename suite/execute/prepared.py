@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from suite.core.records import ImageRecord
 from suite.execute.indexes import Indexes
 from suite.execute.launch import Launcher, run_process
+from suite.execute.pinned import BaselinePins, Relaxation
 
 
 @dataclass(frozen=True)
@@ -24,3 +25,7 @@ class PreparedSide:
     # what the workload needs beside torch (--with): in a requirement side's venv, checked in an
     # interpreter side's; kept so that a side prepared again (the rollback rehearsal) holds them
     with_requirements: tuple[str, ...] = ()
+    # a requirement side built for a baseline (suite/execute/pinned.py): the pins its venv holds,
+    # so that the side prepared again is the same venv, and what could not be held, for a warning
+    pins: BaselinePins | None = None
+    relaxed: tuple[Relaxation, ...] = ()

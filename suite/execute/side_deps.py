@@ -9,7 +9,7 @@ import json
 import shlex
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TypedDict, cast
 
@@ -27,9 +27,28 @@ WORKER_NEEDS = {"jsonschema": "jsonschema>=4.18", "yaml": "PyYAML>=6.0", "numpy"
 CHECK_TIMEOUT_S = 120.0
 _TAIL = 1500
 
+# Part of every probe script (after `import os, platform, sys`): the interpreter's environment
+# for PEP 508 markers, as `markers`. The parent evaluates markers with it, since packaging, which
+# evaluates them, need not be installed where the probe runs.
+MARKERS_SOURCE = """\
+impl = sys.implementation
+iv = "%d.%d.%d" % impl.version[:3]
+if impl.version.releaselevel != "final":
+    iv += impl.version.releaselevel[0] + str(impl.version.serial)
+markers = {
+    "implementation_name": impl.name, "implementation_version": iv, "os_name": os.name,
+    "platform_machine": platform.machine(), "platform_release": platform.release(),
+    "platform_system": platform.system(), "platform_version": platform.version(),
+    "python_full_version": platform.python_version(),
+    "platform_python_implementation": platform.python_implementation(),
+    "python_version": ".".join(platform.python_version_tuple()[:2]), "sys_platform": sys.platform,
+}
+"""
+
 # Run by the side's interpreter, whatever its Python: the modules that fail to import (with why),
 # the installed version of each distribution (None: not installed), and its marker environment.
-_PROBE = """\
+_PROBE = (
+    """\
 import importlib, json, os, platform, sys
 from importlib import metadata
 modules, dists = json.loads(sys.argv[1])
@@ -44,20 +63,12 @@ for name in dists:
         versions[name] = metadata.version(name)
     except Exception:
         versions[name] = None
-impl = sys.implementation
-iv = "%d.%d.%d" % impl.version[:3]
-if impl.version.releaselevel != "final":
-    iv += impl.version.releaselevel[0] + str(impl.version.serial)
-markers = {
-    "implementation_name": impl.name, "implementation_version": iv, "os_name": os.name,
-    "platform_machine": platform.machine(), "platform_release": platform.release(),
-    "platform_system": platform.system(), "platform_version": platform.version(),
-    "python_full_version": platform.python_version(),
-    "platform_python_implementation": platform.python_implementation(),
-    "python_version": ".".join(platform.python_version_tuple()[:2]), "sys_platform": sys.platform,
-}
+"""
+    + MARKERS_SOURCE
+    + """\
 sys.stdout.write("\\n" + json.dumps({"failed": failed, "versions": versions, "markers": markers}))
 """
+)
 
 
 def parse_requirement(
@@ -133,7 +144,7 @@ def check_interpreter(interpreter: str, role: str, with_requirements: Sequence[s
     problems = [f"cannot import {name} ({why})" for name, why in found["failed"].items()]
     fixes = [WORKER_NEEDS.get(name, name) for name in found["failed"]]
     for req, text in zip(reqs, with_requirements, strict=True):
-        if req.marker is not None and not _applies(req.marker, found["markers"]):
+        if req.marker is not None and not applies(req.marker, found["markers"]):
             continue
         version = found["versions"].get(req.name)
         if version is None:
@@ -152,8 +163,10 @@ def check_interpreter(interpreter: str, role: str, with_requirements: Sequence[s
         )
 
 
-def _applies(marker: Marker, environment: dict[str, str]) -> bool:
-    return marker.evaluate({**environment, "extra": ""})
+def applies(marker: Marker, environment: Mapping[str, str], extras: Iterable[str] = ()) -> bool:
+    """Whether a requirement's marker holds in an interpreter's marker environment (a probe's
+    `markers`) for its distribution installed plainly or with one of these extras."""
+    return any(marker.evaluate({**environment, "extra": extra}) for extra in ("", *extras))
 
 
 class Held(TypedDict):
@@ -166,11 +179,25 @@ class Held(TypedDict):
 
 def _probe(interpreter: str, role: str, modules: list[str], dists: list[str]) -> Held:
     """What the interpreter imports and holds, asked in it with the environment a worker
-    inherits. Not -I: a worker runs without it, so torch from the user's site-packages or
-    PYTHONPATH is torch there too; an empty working directory keeps a checkout's folders out."""
+    inherits."""
+    found = ask(
+        interpreter, role, _PROBE, [modules, dists], doing="import torch and the suite's modules"
+    )
+    return cast(Held, found)
+
+
+def ask(
+    interpreter: str, role: str, script: str, args: object, *, doing: str, isolated: bool = False
+) -> object:
+    """The JSON value that SCRIPT writes last on stdout, run by the interpreter with ARGS as JSON
+    in argv[1]; an EnvironmentProblem naming the side when it cannot be started, does not answer
+    within CHECK_TIMEOUT_S (DOING says what it was asked to do) or writes no JSON. Not -I unless
+    isolated: a worker runs without it, so torch from the user's site-packages or PYTHONPATH is
+    torch there too; an empty working directory keeps a checkout's folders out. Isolated asks
+    about the interpreter's own environment alone (a venv, as pip there sees it)."""
     from suite.execute.environment import inherited_env
 
-    argv = [interpreter, "-c", _PROBE, json.dumps([modules, dists])]
+    argv = [interpreter, *(["-I"] if isolated else []), "-c", script, json.dumps(args)]
     with tempfile.TemporaryDirectory(prefix="torch-matrix-check-") as empty:
         try:
             proc = subprocess.run(
@@ -179,13 +206,14 @@ def _probe(interpreter: str, role: str, modules: list[str], dists: list[str]) ->
             )  # fmt: skip
         except subprocess.TimeoutExpired:
             raise EnvironmentProblem(
-                f"--{role}: the interpreter {interpreter} did not import torch and the suite's "
-                f"modules within {CHECK_TIMEOUT_S:.0f}s"
+                f"--{role}: the interpreter {interpreter} did not {doing} within "
+                f"{CHECK_TIMEOUT_S:.0f}s"
             ) from None
         except OSError as exc:
             raise EnvironmentProblem(f"--{role}: cannot start {interpreter}: {exc}") from None
     try:
-        return cast(Held, json.loads(proc.stdout.rsplit("\n", 1)[-1]))
+        answer: object = json.loads(proc.stdout.rsplit("\n", 1)[-1])
+        return answer
     except ValueError:
         tail = redact_text(proc.stderr.strip())[-_TAIL:]
         raise EnvironmentProblem(

@@ -12,7 +12,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +27,7 @@ from suite.execute.manifest import (
     read_manifest,
     write_manifest,
 )
+from suite.execute.pinned import BaselinePins, hold, read_pins, read_record, write_record
 from suite.execute.prepared import PreparedSide
 from suite.execute.side_deps import WORKER_NEEDS, check_interpreter, parse_requirement
 
@@ -61,11 +62,15 @@ def _venv_python(venv: Path) -> Path:
 
 
 def venv_path(
-    requirement: str, python: str, indexes: Indexes, with_requirements: Sequence[str] = ()
+    requirement: str,
+    python: str,
+    indexes: Indexes,
+    with_requirements: Sequence[str] = (),
+    pins: BaselinePins | None = None,
 ) -> Path:
     """Where the venv of a requirement lives: named by the requirement (masked) and a key of
-    everything that decides its contents, the indexes and the extra requirements (a set: their
-    order is not) without their credentials among them."""
+    everything that decides its contents, the indexes, the extra requirements (a set: their
+    order is not) without their credentials among them, and the baseline's pins it holds."""
     extra = sorted({without_credential(r) for r in with_requirements})
     key_src = json.dumps(
         [
@@ -75,6 +80,8 @@ def venv_path(
             WORKER_REQUIREMENTS,
             *([indexes.public()] if indexes else []),
             *([extra] if extra else []),  # none: the key of a venv built before --with existed
+            # none: the key of a venv held to no baseline, as every venv was before pins existed
+            *([{"baseline_pins": pins.digest}] if pins else []),
         ]
     )
     key = hashlib.sha256(key_src.encode()).hexdigest()[:16]
@@ -89,24 +96,27 @@ def venv_for(
     python: str = sys.executable,
     indexes: Indexes | None = None,
     with_requirements: Sequence[str] = (),
+    pins: BaselinePins | None = None,
 ) -> tuple[Path, float]:
     """A cached venv with this torch requirement and the extra requirements, installed from
-    these indexes; built once, reused after (returns build time). The cache key holds the indexes
-    and the extra requirements without credentials, so another index or package is another venv
-    and another token is not; pip gets them in its environment.
+    these indexes, and held to the baseline's pins when given (suite/execute/pinned.py: its
+    record, PINS_FILE, says what was held); built once, reused after (returns build time). The
+    cache key holds the indexes, the extra requirements without credentials and the pins' digest,
+    so another index, package or baseline is another venv and another token is not; pip gets
+    them in its environment.
     Before each reuse the venv is checked against the manifest written when it was built
     (suite/execute/manifest.py): one that differs, or has none, is removed and built again."""
     indexes = indexes or Indexes()
-    venv = venv_path(requirement, python, indexes, with_requirements)
+    venv = venv_path(requirement, python, indexes, with_requirements, pins)
     venv.parent.mkdir(parents=True, exist_ok=True)
     # Two runs on one runner (two jobs, two A/Bs) may want the same venv at once: the second
     # waits for the first's build instead of removing it half-made as an unfinished one. The
     # check before reuse runs under the same lock, so no build is judged half-way.
     with open(venv.parent / f"{venv.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if _reusable(venv):
+        if _reusable(venv) and (pins is None or read_record(venv) is not None):
             return _venv_python(venv), 0.0
-        return _build_venv(venv, (requirement, *with_requirements), python, indexes, log)
+        return _build_venv(venv, (requirement, *with_requirements), python, indexes, log, pins)
 
 
 def _reusable(venv: Path) -> bool:
@@ -129,10 +139,16 @@ def _reusable(venv: Path) -> bool:
 
 
 def _build_venv(
-    venv: Path, requirements: Sequence[str], python: str, indexes: Indexes, log: Path | None
+    venv: Path,
+    requirements: Sequence[str],
+    python: str,
+    indexes: Indexes,
+    log: Path | None,
+    pins: BaselinePins | None = None,
 ) -> tuple[Path, float]:
     """requirements: torch's first, then the extra ones. One pip call resolves them together,
-    so pip picks versions of the extra ones that fit this torch, or fails the build."""
+    so pip picks versions of the extra ones that fit this torch, or fails the build; with pins,
+    a second call then puts back the baseline's versions of what pip moved (pinned.hold)."""
     shown = redact_text(" ".join(requirements))
     start = time.perf_counter()
     manifest_path(venv).unlink(missing_ok=True)  # written again only once the build is done
@@ -140,41 +156,51 @@ def _build_venv(
         shutil.rmtree(venv)  # an earlier build that did not finish, or one that changed since
     # -I: the working directory may be a checkout, whose pip/ or venv/ must not run instead.
     pip = [str(_venv_python(venv)), "-I", "-m", "pip", "install", "--disable-pip-version-check"]
-    steps = [
-        [python, "-I", "-m", "venv", str(venv)],
-        [*pip, "-q", requirements[0], *WORKER_REQUIREMENTS, *requirements[1:]],
-    ]
+    given = [requirements[0], *WORKER_REQUIREMENTS, *requirements[1:]]
+    steps = [[python, "-I", "-m", "venv", str(venv)], [*pip, "-q", *given]]
     env = {**os.environ, **indexes.pip_env()}
     where = f" from {indexes.shown()}" if indexes else ""
+
+    def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+        return _logged(argv, env, log, where)
+
     for argv in steps:
-        shown_argv = redact_text(" ".join(argv))
-        try:
-            proc = subprocess.run(
-                argv,
-                capture_output=True,
-                text=True,
-                timeout=INSTALL_TIMEOUT_S,
-                check=False,
-                env=env,
-            )
-        except subprocess.TimeoutExpired as exc:
-            raise EnvironmentProblem(
-                f"{shown_argv} timed out after {INSTALL_TIMEOUT_S:.0f}s"
-            ) from exc
-        if log is not None:
-            log.parent.mkdir(parents=True, exist_ok=True)
-            with open(log, "a", encoding="utf-8") as fh:
-                fh.write(redact_text(f"$ {shown_argv}{where}\n{proc.stdout}{proc.stderr}\n"))
+        proc = run(argv)
         if proc.returncode != 0:
             shutil.rmtree(venv, ignore_errors=True)
             raise EnvironmentProblem(
                 f"could not prepare an environment for {shown!r}{where}: "
-                f"{' '.join(shown_argv.split()[:4])} … exited {proc.returncode}:\n"
-                f"{redact_text(proc.stderr.strip())[-1500:]}"
+                f"{' '.join(redact_text(' '.join(argv)).split()[:4])} … exited "
+                f"{proc.returncode}:\n{redact_text(proc.stderr.strip())[-1500:]}"
             )
+    if pins is not None:
+        try:
+            record = hold(str(_venv_python(venv)), pins, pip, run, given)
+        except EnvironmentProblem:
+            shutil.rmtree(venv, ignore_errors=True)
+            raise
+        write_record(venv, record)  # before the manifest, which then covers it
     (venv / READY).write_text(shown + "\n", encoding="utf-8")
     write_manifest(venv)
     return _venv_python(venv), time.perf_counter() - start
+
+
+def _logged(
+    argv: list[str], env: dict[str, str], log: Path | None, where: str
+) -> subprocess.CompletedProcess[str]:
+    """One step of a venv's build, its output appended to the log (redacted)."""
+    shown_argv = redact_text(" ".join(argv))
+    try:
+        proc = subprocess.run(
+            argv, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, check=False, env=env
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise EnvironmentProblem(f"{shown_argv} timed out after {INSTALL_TIMEOUT_S:.0f}s") from exc
+    if log is not None:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "a", encoding="utf-8") as fh:
+            fh.write(redact_text(f"$ {shown_argv}{where}\n{proc.stdout}{proc.stderr}\n"))
+    return proc
 
 
 def prepare(
@@ -184,11 +210,14 @@ def prepare(
     log: Path | None = None,
     indexes: Indexes | None = None,
     with_requirements: Sequence[str] = (),
+    pins: BaselinePins | None = None,
 ) -> PreparedSide:
     """The side a spec names, ready to run workers (a venv built, an image resolved, an
     interpreter checked). Indexes apply to a torch requirement only: another kind of side has its
     torch already. The extra requirements (--with) are installed into a requirement side's venv;
-    an interpreter side must hold them already, and an image side cannot take them."""
+    an interpreter side must hold them already, and an image side cannot take them. The
+    baseline's pins hold a requirement side's venv to the baseline (baseline_pins); another kind
+    of side is what it is, and takes none."""
     kind = _kind(spec, role)
     if indexes and kind.name != "requirement":
         raise InputError(
@@ -198,7 +227,26 @@ def prepare(
     extra = admitted(spec, role, with_requirements)
     if indexes:
         indexes.expanded(option=f"--{role}-index-url")  # a missing ${VAR} fails before pip
-    return kind.prepare(spec, role, log, indexes or Indexes(), extra)
+    return kind.prepare(
+        spec, role, log, indexes or Indexes(), extra, pins if kind.takes_pins else None
+    )
+
+
+def takes_pins(spec: str, role: str) -> bool:
+    """Whether this kind of side is built for a baseline's pins (a venv is; nothing else is
+    built), so that reading them is worth it."""
+    return _kind(spec, role).takes_pins
+
+
+def baseline_pins(side: PreparedSide, moving: Iterable[str]) -> BaselinePins | None:
+    """The pins of a prepared baseline: the version of each distribution its interpreter holds,
+    but torch and MOVING (what moves with it: suite/judge/packages.py's COMPANIONS, which the
+    caller passes, as this layer does not import the judge's). None for an image side: its
+    packages are inside an image that only a container could list, so a candidate venv is then
+    built as pip resolves it, unheld, as it was before pins existed."""
+    if side.kind == "docker":
+        return None
+    return read_pins(side.interpreter, "baseline", moving)
 
 
 def takes_extra(spec: str, role: str) -> bool:
@@ -221,14 +269,24 @@ def admitted(spec: str, role: str, with_requirements: Sequence[str]) -> tuple[st
 
 
 def _current(
-    spec: str, role: str, log: Path | None, indexes: Indexes, extra: tuple[str, ...]
+    spec: str,
+    role: str,
+    log: Path | None,
+    indexes: Indexes,
+    extra: tuple[str, ...],
+    pins: BaselinePins | None,
 ) -> PreparedSide:
     check_interpreter(sys.executable, role, extra)
     return PreparedSide(spec, "current", sys.executable, 0.0, "current", with_requirements=extra)
 
 
 def _python(
-    spec: str, role: str, log: Path | None, indexes: Indexes, extra: tuple[str, ...]
+    spec: str,
+    role: str,
+    log: Path | None,
+    indexes: Indexes,
+    extra: tuple[str, ...],
+    pins: BaselinePins | None,
 ) -> PreparedSide:
     path = shutil.which(spec) or spec
     if not Path(path).is_file():
@@ -239,7 +297,12 @@ def _python(
 
 
 def _docker(
-    spec: str, role: str, log: Path | None, indexes: Indexes, extra: tuple[str, ...]
+    spec: str,
+    role: str,
+    log: Path | None,
+    indexes: Indexes,
+    extra: tuple[str, ...],
+    pins: BaselinePins | None,
 ) -> PreparedSide:
     from suite.execute.docker import prepare_docker  # the Docker SDK only when a side needs it
 
@@ -247,13 +310,20 @@ def _docker(
 
 
 def _requirement(
-    spec: str, role: str, log: Path | None, indexes: Indexes, extra: tuple[str, ...]
+    spec: str,
+    role: str,
+    log: Path | None,
+    indexes: Indexes,
+    extra: tuple[str, ...],
+    pins: BaselinePins | None,
 ) -> PreparedSide:
-    interpreter, took = venv_for(spec, log=log, indexes=indexes, with_requirements=extra)
+    interpreter, took = venv_for(spec, log=log, indexes=indexes, with_requirements=extra, pins=pins)
     label = redact_text(spec) + (f" ({indexes.shown()})" if indexes else "")
+    # A reused venv says what its build held and relaxed, as the build itself did.
+    record = read_record(interpreter.parent.parent) if pins is not None else None
     return PreparedSide(
         spec, label, str(interpreter), took, "requirement", indexes=indexes,
-        with_requirements=extra,
+        with_requirements=extra, pins=pins, relaxed=record.relaxed if record else (),
     )  # fmt: skip
 
 
@@ -263,9 +333,12 @@ class SideKind:
 
     name: str
     matches: Callable[[str], bool]
-    # spec, role, the log of its preparation, indexes, extra requirements
-    prepare: Callable[[str, str, Path | None, Indexes, tuple[str, ...]], PreparedSide]
+    # spec, role, the log of its preparation, indexes, extra requirements, the baseline's pins
+    prepare: Callable[
+        [str, str, Path | None, Indexes, tuple[str, ...], BaselinePins | None], PreparedSide
+    ]
     takes_extra: bool = True  # whether --with can be installed into or checked in it
+    takes_pins: bool = False  # whether it is built, and so can be held to a baseline's pins
 
 
 # Tried in order: the first kind whose test matches the spec is its kind.
@@ -276,6 +349,7 @@ KINDS: tuple[SideKind, ...] = (
         "requirement",
         lambda spec: bool(_REQUIREMENT.match(spec)) or spec.startswith(("torch==", "torch @")),
         _requirement,
+        takes_pins=True,
     ),
     SideKind("python", lambda spec: os.sep in spec or spec.startswith("python"), _python),
 )

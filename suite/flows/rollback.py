@@ -67,7 +67,7 @@ def rehearsal(
     start = time.perf_counter()
     again = prepare(
         baseline.spec, "baseline", indexes=baseline.indexes,
-        with_requirements=baseline.with_requirements,
+        with_requirements=baseline.with_requirements, pins=baseline.pins,
     )  # fmt: skip
     options = RunOptions(
         out=out / "rehearsal", interpreter=again.interpreter, timeout_s=base_run.options.timeout_s,
