@@ -42,9 +42,9 @@ class PlantedRounds(Rounds):
 
     busy_rounds: frozenset[int] = frozenset()
 
-    def pair(self, spec: CellSpec, round_no: int) -> None:
+    def pair(self, spec: CellSpec, round_no: int, position: int = 0) -> None:
         if round_no not in self.busy_rounds:
-            super().pair(spec, round_no)
+            super().pair(spec, round_no, position)
             return
         spinner = subprocess.Popen([sys.executable, "-c", SPIN])
         original = self.runs["baseline"].set_aside
@@ -55,7 +55,7 @@ class PlantedRounds(Rounds):
 
         self.runs["baseline"].set_aside = stop_then_set_aside  # type: ignore[method-assign]
         try:
-            super().pair(spec, round_no)
+            super().pair(spec, round_no, position)
         finally:
             spinner.kill()
             spinner.wait()

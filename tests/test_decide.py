@@ -451,9 +451,10 @@ def test_old_records_without_rounds_still_count() -> None:
 
 def test_headline_without_cells_still_does_not_claim_a_pass(tmp_path: Path) -> None:
     d = _decide(tmp_path, [Cell(spread=0.5)], [Cell(spread=0.5)])
-    # Nothing blocks the row, but its timing was decided nowhere: missing evidence, no adopt.
+    # Nothing blocks the row, but its CPU cost (neither counted nor timed) was decided nowhere:
+    # missing evidence, no adopt.
     assert d["decision"] == "defer"
-    assert d["reasons"][0].startswith("latency_p50 was decided in no cell (1 undecided)")
+    assert d["reasons"][0].startswith("instructions was decided in no cell (1 undecided)")
     (line,) = [r for r in d["reasons"] if r.startswith("no rule blocks any of 1 row")]
     assert line.startswith("no rule blocks any of 1 row: 1 has gates that did not pass")
     assert "inconclusive" in line

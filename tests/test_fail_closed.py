@@ -119,8 +119,8 @@ def test_a_yaml_alias_bomb_is_unknown_in_bounded_time() -> None:
 def test_a_policy_listing_a_gate_twice_is_an_error_naming_both_lines(tmp_path: Path) -> None:
     text = (REPO / "suite" / "data" / "default-policy.yaml").read_text()
     twice = text.replace(
-        "      latency_p50:  {severity: soft, threshold: 0.15}\n",
-        "      latency_p50:  {severity: soft, threshold: 0.15}\n"
+        "      latency_p50:  {severity: soft, threshold: 0.15, may_be_missing: true}\n",
+        "      latency_p50:  {severity: soft, threshold: 0.15, may_be_missing: true}\n"
         "      latency_p50:  {severity: soft, threshold: 0.90}\n",
         1,
     )

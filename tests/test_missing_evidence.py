@@ -83,7 +83,8 @@ def test_a_candidate_without_the_teams_package_defers_naming_it(tmp_path: Path) 
 
 @pytest.mark.xdist_group("ab")
 def test_an_ab_whose_timing_was_decided_nowhere_does_not_adopt(tmp_path: Path) -> None:
-    """One round per side: no timing gate can decide, so latency is missing, and a research
+    """One round per side and no counting: neither the instruction count nor the latency of
+    any cell decided, so the research profile's CPU-cost verdict of record is missing, and an
     A/B that would otherwise adopt defers, naming the gate and each undecided cell."""
     out = tmp_path / "ab"
     code, _, stderr = cli(
@@ -93,7 +94,9 @@ def test_an_ab_whose_timing_was_decided_nowhere_does_not_adopt(tmp_path: Path) -
     decision = json.loads((out / "decision.json").read_text())
     assert (code, decision["decision"]) == (5, "defer"), stderr
     missing = [r for r in decision["reasons"] if "was decided in no cell" in r]
-    assert any(r.startswith("latency_p50 ") for r in missing), decision["reasons"]
+    assert any(r.startswith("instructions ") for r in missing), decision["reasons"]
+    # The wall-clock gate the budget could not decide is reported, and does not hold it.
+    assert not any(r.startswith("latency_p50 ") for r in missing), decision["reasons"]
     assert all(g["verdict"] != "fail" for c in decision["cells"] for g in c["gates"])
     markdown = (out / "decision.md").read_text()
     for cell in [c for c in decision["cells"] if c["workload"] != "rollback"]:
@@ -107,6 +110,7 @@ def test_a_gate_the_profile_lets_be_missing_does_not_hold_an_adopt(tmp_path: Pat
     policy_text = tmp_path / "p.yaml"
     doc = yaml.safe_load(default_policy_text())
     gates = doc["profiles"]["research"]["gates"]
+    gates["latency_p50"].pop("may_be_missing")  # the mechanism, on a profile that needs p50
 
     def cell(verdicts: dict[str, str]) -> dict[str, object]:
         return {
@@ -131,7 +135,13 @@ def test_a_gate_the_profile_lets_be_missing_does_not_hold_an_adopt(tmp_path: Pat
     stands_in = load_policy(policy_text, "research")
     assert missing_gates(stands_in, [undecided]) == []  # type: ignore[list-item]
     no_count = cell({"latency_p50": "untested", "instructions": "untested"})
-    assert len(missing_gates(stands_in, [no_count])) == 1  # type: ignore[list-item]
+    # Neither decided: both are missing (the count is the research profile's CPU cost).
+    lines = missing_gates(stands_in, [no_count])  # type: ignore[list-item]
+    assert [line.split()[0] for line in lines] == ["latency_p50", "instructions"]
     gates["latency_p50"]["may_be_missing"] = True
+    policy_text.write_text(yaml.safe_dump(doc))
+    (line,) = missing_gates(load_policy(policy_text, "research"), [no_count])  # type: ignore[list-item]
+    assert line.startswith("instructions was decided in no cell")
+    gates["instructions"]["may_be_missing"] = True
     policy_text.write_text(yaml.safe_dump(doc))
     assert missing_gates(load_policy(policy_text, "research"), [no_count]) == []  # type: ignore[list-item]

@@ -27,6 +27,16 @@ class Moved(TypedDict):
     change: int
 
 
+class SecondLook(TypedDict, total=False):
+    """A timing fail or improvement looked at again: the cell alone (suite/judge/second_look.py)."""
+
+    verdict: Verdict
+    message: str
+    change: float | None
+    ci: list[float] | None
+    rounds: int | None
+
+
 class GateRecord(TypedDict, total=False):
     """One gate's verdict on one cell; `decision` is added when the policy's rules are applied."""
 
@@ -48,6 +58,7 @@ class GateRecord(TypedDict, total=False):
     undecided: Undecided | None
     decision: Decision
     moved: list[Moved]  # the instructions gate: functions whose counts moved most
+    second_look: SecondLook  # a timing fail or improvement, looked at again alone
 
 
 class Repro(TypedDict, total=False):

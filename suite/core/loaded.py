@@ -1,6 +1,7 @@
 """A run directory read back: its run record, its results by cell in round order, its counting
-processes, and the folder their files (saved outputs, per-function totals) lie in. What judges
-a run reads it through this type; no record carries where it was read from."""
+processes, the folder their files (saved outputs, per-function totals) lie in, and the second
+look at cells an A/B ran again alone (RUN/alone/, a run directory of its own). What judges a run
+reads it through this type; no record carries where it was read from."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 from suite.core.decision_records import SideEvidence
 from suite.core.records import Result, RunRecord
-from suite.core.results import COUNTS_DIR, read_result, read_run_dir
+from suite.core.results import ALONE_DIR, COUNTS_DIR, read_result, read_run_dir
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,8 @@ class LoadedRun:
     run: RunRecord
     results: dict[str, list[Result]]  # cell id -> records by round
     counts: dict[str, list[Result]] = field(default_factory=dict)  # counting processes
+    # The cells whose timing verdict an A/B looked at again, alone with fresh workers.
+    alone: LoadedRun | None = None
 
     @classmethod
     def load(cls, run_dir: Path, label: str | None = None) -> LoadedRun:
@@ -34,7 +37,10 @@ class LoadedRun:
         typed = run
         torch = typed["environment"]["torch"]["version"]
         label = label or typed.get("label") or f"torch {torch}"
-        return cls(label, run_dir, typed, dict(by_cell), dict(counts))
+        alone = None
+        if (run_dir / ALONE_DIR / "run.json").is_file():
+            alone = cls.load(run_dir / ALONE_DIR, label)
+        return cls(label, run_dir, typed, dict(by_cell), dict(counts), alone)
 
     @property
     def rounds(self) -> int:

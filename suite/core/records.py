@@ -38,7 +38,7 @@ Verdict = Literal[
 Decision = Literal["adopt", "isolate", "defer", "rollback"]
 Severity = Literal["hard", "soft", "budget", "required", "info"]
 Lane = Literal["production", "prototype"]
-Undecided = Literal["noise", "budget", "rounds"]
+Undecided = Literal["noise", "budget", "rounds", "unconfirmed"]
 Size = Literal["smoke", "full"]
 Role = Literal["baseline", "candidate"]
 DigestKind = Literal["repo-digest", "image-id"]
@@ -60,6 +60,7 @@ UNDECIDED_WHY: dict[Undecided, str] = {
     "noise": "too noisy",
     "budget": "out of time",
     "rounds": "too few rounds",
+    "unconfirmed": "not repeated alone",
 }
 EXIT_CODES: dict[Decision, int] = {"adopt": 0, "isolate": 4, "defer": 5, "rollback": 6}
 

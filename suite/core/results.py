@@ -24,6 +24,9 @@ STDERR_TAIL_CHARS = 4000
 INPUTS_DIR = "inputs"
 # Records of the counting processes of the instructions gate (suite/execute/counting.py).
 COUNTS_DIR = "counts"
+# An A/B's second look at a cell whose timing gate failed or improved: that cell alone, fresh
+# workers on both sides, paired rounds of its own; a run directory inside the side's.
+ALONE_DIR = "alone"
 # Records of rounds another process disturbed, set aside when the round ran again.
 DISTURBED_DIR = "disturbed"
 

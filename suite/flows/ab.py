@@ -24,7 +24,7 @@ from suite.core.decision_records import Cell, DecisionRecord, RollbackRecord
 from suite.core.errors import InputError
 from suite.core.loaded import LoadedRun
 from suite.core.records import ROLES, Role, RunRecord
-from suite.core.results import read_run
+from suite.core.results import ALONE_DIR, read_run
 from suite.core.secrets import redact_text
 from suite.core.spec import CellSpec
 from suite.execute.environment import RunOptions
@@ -34,14 +34,15 @@ from suite.execute.side_deps import resumed
 from suite.execute.sides import PreparedSide
 from suite.flows.compare import decide
 from suite.flows.counts import count_cells, counting_spent_s
+from suite.flows.phases import Phases
 from suite.flows.rollback import run_checks
 from suite.flows.rounds import Rounds
+from suite.flows.second_look import alone_design, cells_to_look_again
+from suite.flows.traces import judge_with_traces
 from suite.judge.decision import differences
 from suite.judge.policy import Policy
-from suite.judge.registry import PERFORMANCE_GATES
 from suite.judge.rollback import judge_rollback
 from suite.judge.sequential import Design
-from suite.report.opdiff import op_diff
 from suite.workloads import Resolved
 from suite.workloads.matrix import Matrix
 
@@ -57,6 +58,7 @@ class AbOptions:
     rollback: bool = True
     resume: bool = False
     count: bool = True  # the instructions gate's counting, where the policy names the gate
+    second_look: bool = True  # a timing fail or improvement runs again alone before it stands
 
 
 def side_command(matrix: Matrix, side: PreparedSide, resolved: dict[str, Resolved]) -> list[str]:
@@ -150,12 +152,8 @@ def run_ab(
     phases = Phases({"prepare": baseline.prepared_s + candidate.prepared_s})
     phases.begin("setup")
     sides: dict[str, PreparedSide] = {"baseline": baseline, "candidate": candidate}
-    runs: dict[str, Run] = {}
-    for role in ROLES:
-        side = sides[role]
-        run_options = _side_options(matrix, resolved, role, side, options)
-        extra = _side_extra(role, side, policy, identity, design)
-        runs[role] = Run(matrix, options=run_options, cells=cells, resolved=resolved, extra=extra)
+    make_runs = partial(_runs, matrix, resolved, sides, policy, options, identity)
+    runs = make_runs(cells, design)
     comparable = not differences(runs["baseline"].environment, runs["candidate"].environment)
     checks = None
     if options.rollback and "rollback" in policy.gates:
@@ -174,22 +172,56 @@ def run_ab(
             phases.begin("rollback")
             checks()
         rollback_cells, rollback = judge_rollback(options.out, policy)
-    judge = partial(
-        decide,
-        LoadedRun.load(options.out / "baseline", baseline.label),
-        LoadedRun.load(options.out / "candidate", candidate.label),
-        policy,
-        extra_cells=rollback_cells,
-        rollback=rollback,
-    )
+
+    def judge(**more: Any) -> DecisionRecord:
+        return decide(
+            LoadedRun.load(options.out / "baseline", baseline.label),
+            LoadedRun.load(options.out / "candidate", candidate.label),
+            policy,
+            extra_cells=rollback_cells,
+            rollback=rollback,
+            **more,
+        )
+
     decision = judge()
+    again = cells_to_look_again(decision, cells)
+    if again and options.second_look:
+        phases.begin("second look")
+        look_design = alone_design(design)
+        envs = {role: run.environment for role, run in runs.items()}
+        alone = make_runs(again, look_design, ALONE_DIR, envs)
+        _run_rounds(Rounds(alone, policy, look_design, comparable, options.progress), alone, again)
+        decision = judge()
     if options.traces:
         phases.begin("traces")
-        decision = _judge_with_traces(judge, decision, cells, runs, options.out)
+        decision = judge_with_traces(judge, decision, cells, runs, options.out)
     decision["phases"] = phases.done()
     if phases.overlapping:
         decision["phases_beside"] = dict(phases.overlapping)
     return decision
+
+
+def _runs(
+    matrix: Matrix,
+    resolved: dict[str, Resolved],
+    sides: dict[str, PreparedSide],
+    policy: Policy,
+    options: AbOptions,
+    identity: dict[str, Any],
+    cells: Sequence[CellSpec],
+    design: Design,
+    folder: str = "",
+    environments: dict[str, dict[str, Any]] | None = None,
+) -> dict[str, Run]:
+    """Each side's run of these cells, in OUT/<role>/<folder>."""
+    runs: dict[str, Run] = {}
+    for role in ROLES:
+        side = sides[role]
+        run_options = _side_options(matrix, resolved, role, side, options, folder)
+        extra = _side_extra(role, side, policy, identity, design)
+        env = (environments or {}).get(role)
+        runs[role] = Run(matrix, run_options, cells, resolved, environment=env, extra=extra)
+    return runs
 
 
 def _side_options(
@@ -198,10 +230,11 @@ def _side_options(
     role: str,
     side: PreparedSide,
     options: AbOptions,
+    folder: str = "",
 ) -> RunOptions:
     """How one side runs: in its own folder, with its interpreter; rounds come from Rounds."""
     return RunOptions(
-        out=options.out / role,
+        out=options.out / role / folder if folder else options.out / role,
         interpreter=side.interpreter,
         resume=options.resume,
         timeout_s=options.timeout_s,
@@ -261,26 +294,6 @@ def _run_rounds(rounds: Rounds, runs: dict[str, Run], cells: Sequence[CellSpec])
         run.finish()
 
 
-def _judge_with_traces(
-    judge: Callable[..., DecisionRecord],
-    decision: DecisionRecord,
-    cells: Sequence[CellSpec],
-    runs: dict[str, Run],
-    out: Path,
-) -> DecisionRecord:
-    """DECISION judged again with the traces of the cells it failed, and their op diffs."""
-    try:
-        artifacts = _trace_failures(decision, cells, runs, out)
-    finally:
-        for run in runs.values():
-            run.close()
-    if not artifacts:
-        return decision
-    decision = judge(artifacts=artifacts)
-    add_op_diffs(decision, artifacts)
-    return decision
-
-
 def rollback_checks(
     matrix: Matrix,
     cells: Sequence[CellSpec],
@@ -328,69 +341,6 @@ def count_before_rounds(
     if beside_s is not None:
         phases.beside("rollback", "counting", beside_s)
     return counting_spent_s(cells, runs), beside_s is not None
-
-
-class Phases:
-    """Wall seconds of each phase of an A/B, in the order they ran: where its time went. A
-    phase that ran beside another is named in `overlapping`, with the one it ran beside."""
-
-    def __init__(self, known: dict[str, float]) -> None:
-        self.seconds = {name: round(value, 1) for name, value in known.items()}
-        self.overlapping: dict[str, str] = {}
-        self._current: tuple[str, float] | None = None
-
-    def beside(self, name: str, other: str, seconds: float) -> None:
-        self.seconds[name] = round(seconds, 1)
-        self.overlapping[name] = other
-
-    def begin(self, name: str) -> None:
-        self._end()
-        self._current = (name, time.monotonic())
-
-    def _end(self) -> None:
-        if self._current is not None:
-            name, began = self._current
-            self.seconds[name] = round(self.seconds.get(name, 0.0) + time.monotonic() - began, 1)
-            self._current = None
-
-    def done(self) -> dict[str, float]:
-        self._end()
-        return dict(self.seconds)
-
-
-def add_op_diffs(decision: DecisionRecord, artifacts: dict[str, dict[str, str]]) -> None:
-    """For each cell traced on both sides, the ops whose self time changed most: where the
-    time went, beside the gate that says it went. A trace that cannot be read leaves a warning
-    in the cell instead."""
-    for cell in decision["cells"]:
-        traces = artifacts.get(cell["cell_id"]) or {}
-        if "baseline_trace" not in traces or "candidate_trace" not in traces:
-            continue
-        try:
-            cell["ops"] = op_diff(Path(traces["baseline_trace"]), Path(traces["candidate_trace"]))
-        except ValueError as exc:
-            cell["ops_warning"] = str(exc)
-
-
-def _trace_failures(
-    decision: DecisionRecord, cells: Sequence[CellSpec], runs: dict[str, Run], out: Path
-) -> dict[str, dict[str, str]]:
-    """Chrome traces of five more steps per side for each cell failing a timing or memory gate."""
-    by_id = {c.cell_id: c for c in cells}
-    artifacts: dict[str, dict[str, str]] = {}
-    for cell in decision["cells"]:
-        if not any(
-            g["gate"] in PERFORMANCE_GATES and g["verdict"] == "fail" for g in cell["gates"]
-        ):
-            continue
-        spec = by_id.get(cell["cell_id"])
-        if spec is None:
-            continue
-        for role, run in runs.items():
-            trace = run.trace(spec, out / "traces")
-            if trace is not None:
-                artifacts.setdefault(cell["cell_id"], {})[f"{role}_trace"] = str(trace)
-    return artifacts
 
 
 def describe(side: PreparedSide) -> str:

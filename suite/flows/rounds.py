@@ -1,13 +1,14 @@
 """The paired rounds of an A/B: within a round every cell runs on both sides back to back,
-the order of the sides flipping each round; rounds come look by look (suite.judge.sequential)
-until each cell's timing gates decided, the last look, or the time budget. A round another
-process disturbed runs again on both sides."""
+the order of the sides flipping each round and from one cell to the next (side_order); rounds
+come look by look (suite.judge.sequential) until each cell's timing gates decided, the last
+look, or the time budget. A round another process disturbed runs again on both sides."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
 
+from suite.core.records import Role
 from suite.core.results import disturbed, record_wall_s
 from suite.core.spec import CellSpec
 from suite.execute.progress import Progress
@@ -21,6 +22,19 @@ def spent_s(runs: dict[str, Run]) -> float:
     """Worker wall time the rounds have used so far, read from the records: a resumed A/B
     charges its budget exactly as the uninterrupted one would."""
     return sum(run.spent_s() for run in runs.values())
+
+
+def side_order(round_no: int, position: int) -> tuple[Role, Role]:
+    """Which side runs a cell first in a round: flipped each round, and from each cell to the
+    next. Flipped per round alone, every side ran right after the other side in every round of
+    a matrix (b c b c … then c b c b …), so whatever one side's process leaves behind for a few
+    seconds (its exit, its page cache, a helper process it started) fell on the other side
+    only, in every round, and did not cancel. Flipped per cell as well, each side of a cell runs
+    after a process of its own side in half its rounds and after the other side's in the other
+    half."""
+    if (round_no + position) % 2 == 0:
+        return ("baseline", "candidate")
+    return ("candidate", "baseline")
 
 
 # How often one round runs again when another process disturbed it: a runner busy for longer
@@ -42,12 +56,13 @@ class Rounds:
         self.budget_exhausted = False
         self.rounds_run: dict[str, int] = {}
 
-    def pair(self, spec: CellSpec, round_no: int) -> None:
-        """Both sides of one round of one cell; on resume a round is kept only when both
+    def pair(self, spec: CellSpec, round_no: int, position: int = 0) -> None:
+        """Both sides of one round of one cell (the cell's position in the round sets the
+        order, side_order); on resume a round is kept only when both
         sides' records are whole, otherwise it is redone on both. A round another process
         disturbed on either side runs again on both, the order kept, up to DISTURBED_REPEATS
         times; the kept records say how often."""
-        order = ("baseline", "candidate") if round_no % 2 == 0 else ("candidate", "baseline")
+        order = side_order(round_no, position)
         kept = {role: self.runs[role].reusable(spec, round_no) for role in order}
         if not all(kept.values()):
             for role in order:
@@ -139,8 +154,8 @@ class Rounds:
                     self.progress.total = max(
                         self.progress.total, self.progress.done_count + 2 * len(active)
                     )
-                for spec in active:
-                    self.pair(spec, done)
+                for position, spec in enumerate(active):
+                    self.pair(spec, done, position)
                 done += 1
                 # Decisions come only at looks, so between looks this drops only the cells
                 # that cannot give a timing verdict at all (failed, skipped, unsupported).

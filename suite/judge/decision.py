@@ -30,6 +30,7 @@ from suite.judge.policy import Policy, decision_rank
 from suite.judge.registry import evaluate_cell
 from suite.judge.rules import apply_rules, overall
 from suite.judge.scaling import scaling_cells
+from suite.judge.second_look import alone_design, alone_records, needs_second_look, second_look
 from suite.judge.sequential import Design
 from suite.judge.verdicts import row_id_of
 
@@ -159,12 +160,16 @@ def judge_cells(
 ) -> list[Cell]:
     """Every cell either side ran, with its gates' verdicts, in the runs' order."""
     design = design_of(base, cand, policy)
+    design_alone = alone_design(base, policy)
     cells: list[Cell] = []
     for cell_id in dict.fromkeys([*base.results, *cand.results]):
         b, c = base.results.get(cell_id, []), cand.results.get(cell_id, [])
         spec = (c or b)[0]["spec"]
         counts = (base.counts.get(cell_id, []), cand.counts.get(cell_id, []))
         gates = evaluate_cell(policy, b, c, comparable, design, counts, (base.dir, cand.dir))
+        if needs_second_look(gates):
+            alone = alone_records(base, cand, cell_id)
+            gates = second_look(policy, gates, alone, design_alone, comparable)
         failing = {g["gate"] for g in gates if g["verdict"] in ("fail", "new-failure")}
         cell: Cell = {
             "cell_id": cell_id,

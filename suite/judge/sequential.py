@@ -28,6 +28,8 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Literal
 
+from suite.core.records import Undecided
+
 # The gates this procedure judges; their verdicts carry rounds, spread and rounds needed.
 # The gates judged from each round's steady-state timing, then compile time (first call).
 STEADY_STATE_GATES = ("latency_p50", "latency_p95", "throughput")
@@ -39,7 +41,6 @@ DEFAULT_PASS_LEVEL = 0.005
 MIN_ROUNDS = 2
 
 Outcome = Literal["pass", "fail", "improved", "inconclusive", "continue"]
-Undecided = Literal["noise", "budget", "rounds"]
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,151 @@
+"""The README's first command as a new user meets it: a fresh clone, a fresh environment, an
+empty cache, then `torch-matrix ab --candidate torch==2.14.1`. Prints, per run, the install time,
+the A/B's wall time and its phases (prepare, counting, rounds, second look, rollback), the
+decision, and for every timing fail or improvement it reports, the same cell A/B'd alone
+(fixed rounds, no counting) beside it: a fail the cell alone does not show is a false one.
+
+    python bench/readme_ab.py [--runs 3] [--candidate torch==2.14.1] [--baseline-torch 2.13.0]
+        [--repo .] [--work DIR] [--alone-rounds 8] [--json PATH]
+
+`--candidate torch==2.13.0` makes it an A/A of the whole built-in matrix. Run it alone, on a
+quiet machine: anything beside it is background load, and the figures then measure that.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+TIMING = ("latency_p50", "latency_p95", "throughput", "compile_time")
+MOVED = ("fail", "improved")
+
+
+def _timed(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, int, str]:
+    began = time.monotonic()
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
+    return time.monotonic() - began, proc.returncode, proc.stdout + proc.stderr
+
+
+def _env(cache: Path) -> dict[str, str]:
+    import os
+
+    return {**os.environ, "TORCH_MATRIX_CACHE": str(cache)}
+
+
+def _fails(decision: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(cell, gate, message) of every timing fail or improvement, the second look's included."""
+    found = []
+    for cell in decision["cells"]:
+        for gate in cell["gates"]:
+            looked = (gate.get("second_look") or {}).get("verdict")
+            if gate["gate"] in TIMING and (gate["verdict"] in MOVED or looked in MOVED):
+                found.append((cell["cell_id"], gate["gate"], gate["message"]))
+    return found
+
+
+def one_run(args: argparse.Namespace, work: Path, n: int) -> dict[str, Any]:
+    clone, venv, cache, out = (work / f"{name}-{n}" for name in ("clone", "env", "cache", "ab"))
+    subprocess.run(["git", "clone", "-q", str(args.repo), str(clone)], check=True)
+    python = venv / "bin" / "python"
+    install_s = 0.0
+    for argv in (
+        [sys.executable, "-m", "venv", str(venv)],
+        [str(python), "-m", "pip", "install", "-q", f"torch=={args.baseline_torch}", "-e",
+         str(clone)],
+    ):  # fmt: skip
+        took, code, said = _timed(argv)
+        install_s += took
+        if code != 0:
+            raise SystemExit(f"install failed: {' '.join(argv)}\n{said[-2000:]}")
+    tm = [str(python), "-m", "suite"]
+    ab_s, code, said = _timed(
+        [*tm, "ab", "--candidate", args.candidate, "--out", str(out), "--format", "json"],
+        _env(cache),
+    )
+    decision_path = out / "decision.json"
+    if not decision_path.is_file():
+        raise SystemExit(f"ab wrote no decision (exit {code}):\n{said[-3000:]}")
+    decision = json.loads(decision_path.read_text())
+    result: dict[str, Any] = {
+        "run": n,
+        "install_s": round(install_s, 1),
+        "ab_s": round(ab_s, 1),
+        "exit": code,
+        "decision": decision["decision"],
+        "phases": decision.get("phases", {}),
+        "packages": (decision.get("comparable") or {}).get("packages", []),
+        "reasons": decision.get("reasons", [])[:6],
+        "fails": [],
+    }
+    for cell_id, gate, message in _fails(decision):
+        alone = work / f"alone-{n}-{cell_id}"
+        _, _, _ = _timed(
+            [*tm, "ab", "--candidate", args.candidate, "--cell", cell_id, "--rounds",
+             str(args.alone_rounds), "--no-count", "--out", str(alone), "--format", "json"],
+            _env(cache),
+        )  # fmt: skip
+        alone_gate = None
+        if (alone / "decision.json").is_file():
+            again = json.loads((alone / "decision.json").read_text())
+            alone_gate = next(
+                (g for c in again["cells"] if c["cell_id"] == cell_id for g in c["gates"]
+                 if g["gate"] == gate),
+                None,
+            )  # fmt: skip
+        result["fails"].append(
+            {
+                "cell": cell_id,
+                "gate": gate,
+                "in_matrix": message,
+                "alone": None if alone_gate is None else alone_gate["message"],
+                "alone_verdict": None if alone_gate is None else alone_gate["verdict"],
+            }
+        )
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--candidate", default="torch==2.14.1")
+    parser.add_argument("--baseline-torch", default="2.13.0")
+    parser.add_argument("--repo", type=Path, default=Path(__file__).resolve().parents[1])
+    parser.add_argument("--work", type=Path, default=None)
+    parser.add_argument("--alone-rounds", type=int, default=8)
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    work = args.work or Path(tempfile.mkdtemp(prefix="readme-ab-"))
+    work.mkdir(parents=True, exist_ok=True)
+    results = []
+    for n in range(1, args.runs + 1):
+        result = one_run(args, work, n)
+        results.append(result)
+        phases = ", ".join(f"{k} {v:.0f} s" for k, v in result["phases"].items())
+        print(
+            f"run {n}: install {result['install_s']:.0f} s, ab {result['ab_s']:.0f} s "
+            f"({phases}); decision {result['decision']} (exit {result['exit']})",
+            flush=True,
+        )
+        for diff in result["packages"]:
+            print(f"  package differs: {diff}", flush=True)
+        for fail in result["fails"]:
+            print(f"  {fail['cell']} {fail['gate']}", flush=True)
+            print(f"    in the matrix: {fail['in_matrix']}", flush=True)
+            print(f"    alone ({fail['alone_verdict']}): {fail['alone']}", flush=True)
+        if not result["fails"]:
+            print("  no timing fail or improvement", flush=True)
+    decisions = sorted({r["decision"] for r in results})
+    print(f"decisions: {', '.join(r['decision'] for r in results)} (same each time: "
+          f"{len(decisions) == 1}); work in {work}")  # fmt: skip
+    if args.json is not None:
+        args.json.write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
