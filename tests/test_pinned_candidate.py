@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 import zipfile
+from dataclasses import replace
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from suite.core.errors import EnvironmentProblem
 from suite.core.secrets import redact_text, without_credential
 from suite.execute import sides
 from suite.execute.cache import cache_root
+from suite.execute.holding import plan
 from suite.execute.indexes import Indexes
 from suite.execute.manifest import differences, read_manifest
 from suite.execute.pinned import (
@@ -30,7 +32,6 @@ from suite.execute.pinned import (
     BaselinePins,
     Installed,
     Relaxation,
-    plan,
     read_pins,
     read_record,
 )
@@ -68,8 +69,10 @@ def test_what_pip_moved_goes_back_and_what_torch_forbids_is_relaxed_and_named() 
         jinja2=("3.1.6", []), filelock=("3.20.0", []),
     )  # fmt: skip
     holding = plan(_pins(), installed)
+    # What pip moved goes back; what the baseline holds and the venv lacks (pygments) goes in.
     assert holding.pinned == {
         "jinja2": "3.1.4", "mpmath": "1.2.1", "numpy": "2.3.4", "packaging": "26.4",
+        "pygments": "2.17.2",
     }  # fmt: skip
     (sympy,) = holding.relaxed
     assert sympy == Relaxation("sympy", "1.12", "1.13.3", "torch 2.14.1 requires sympy>=1.13.3")
@@ -87,7 +90,8 @@ def test_what_a_relaxed_package_requires_moves_with_it_and_so_does_a_new_package
         rich=("14.0.0", ["pygments<3,>=2.19"]), pygments=("2.19.2", []),  # the baseline has no rich
     )  # fmt: skip
     holding = plan(_pins(), installed)
-    assert holding.pinned == {}
+    # The baseline's packages the venv lacks go in at the baseline's versions.
+    assert holding.pinned == {"jinja2": "3.1.4", "numpy": "2.3.4", "packaging": "26.4"}
     assert [r.line() for r in holding.relaxed] == [
         "mpmath 1.2.1 → 1.3.0: sympy 1.13.3 requires mpmath>=1.3",
         "pygments 2.17.2 → 2.19.2: rich 14.0.0 requires pygments<3,>=2.19",
@@ -109,15 +113,45 @@ def test_what_an_extra_asks_for_moves_with_the_package_that_asks_it() -> None:
         "cuda-toolkit 13.0.0 → 13.0.3: torch 2.14.1 requires cuda-toolkit==13.0.3",
         "nvidia-cublas 13.0.0.19 → 13.1.0.3: cuda-toolkit 13.0.3 requires nvidia-cublas==13.1.0.3",
     ]
-    assert holding.pinned == {"nvidia-cufft": "12.0.0"}  # no one asked for cufft
+    lacking = {"jinja2": "3.1.4", "mpmath": "1.2.1", "numpy": "2.3.4", "packaging": "26.4",
+               "pygments": "2.17.2", "sympy": "1.12"}  # fmt: skip
+    assert holding.pinned == {**lacking, "nvidia-cufft": "12.0.0"}  # no one asked for cufft
     # An extra that pip was given asks too.
     holding = plan(_pins({**BASELINE, **cuda}), installed, ["cuda-toolkit[cufft]"])
-    assert holding.pinned == {}
+    assert holding.pinned == lacking
+
+
+def test_a_package_the_venv_lacks_goes_in_unless_its_baseline_requirements_cannot_be_met() -> None:
+    # The baseline's packaging went missing from the venv: the workloads would import another
+    # copy (setuptools vendors one). An extension built for the baseline's torch cannot go in:
+    # the candidate keeps its torch; and what needs that extension stays out with it.
+    pins = replace(
+        BaselinePins.of({**BASELINE, "torchao": "0.14.0", "ao-recipes": "1.0"}, COMPANIONS),
+        requires=(
+            ("torchao", ("torch<2.14,>=2.13",)), ("ao-recipes", ("torchao>=0.14",)),
+            ("packaging", ('tomli; python_version < "3.11"',)),  # not here: no requirement
+        ),
+    )  # fmt: skip
+    installed = _installed(torch=("2.14.1", []), numpy=("2.3.4", []), jinja2=("3.1.4", []))
+    holding = plan(pins, installed)
+    assert holding.pinned == {
+        "mpmath": "1.2.1", "packaging": "26.4", "pygments": "2.17.2", "sympy": "1.12",
+    }  # fmt: skip
+    assert [r.line() for r in holding.relaxed] == [
+        "ao-recipes 1.0 → absent: ao-recipes 1.0 requires torchao, which is left out too",
+        "torchao 0.14.0 → absent: torchao 0.14.0 requires torch<2.14,>=2.13, and the candidate "
+        "has torch 2.14.1",
+    ]
+    assert (
+        holding.relaxed[1]
+        .warning()
+        .startswith("the candidate's venv could not add torchao at the baseline's 0.14.0: ")
+    )
 
 
 def test_the_same_version_spelled_otherwise_is_not_moved() -> None:
-    installed = _installed(torch=("2.14.1", []), numpy=("2.3.4.0", []), Jinja2=("3.1.4", []))
-    assert plan(_pins(), installed).pinned == {}
+    installed = _installed(torch=("2.14.1", []), numpy=("2.3.4.0", []), jinja2=("3.1.4", []))
+    assert not {"numpy", "jinja2"} & set(plan(_pins(), installed).pinned)
 
 
 def test_the_pins_leave_out_what_moves_with_torch_and_what_pip_cannot_pin() -> None:
@@ -168,34 +202,71 @@ def test_the_pins_key_the_venv_and_no_pins_keep_the_old_key() -> None:
 
 class FakeVenv:
     """subprocess.run for a venv's build: `python -m venv`, pip (which installs the newest
-    packaging, then what the second call asks) and the venv's interpreter asked what it holds."""
+    packaging, then what the second call asks) and the venv's interpreter asked what it holds.
+    lacking: the venv lacks four of the baseline's packages, which the second call adds."""
 
-    def __init__(self, outcome: str = "held") -> None:
+    def __init__(self, outcome: str = "held", *, lacking: bool = False) -> None:
         self.held = {"torch": ("2.14.1", ["sympy>=1.13.3"]), "sympy": ("1.13.3", []),
                      "packaging": ("26.3", []), "pip": ("25.3", [])}  # fmt: skip
+        if not lacking:
+            self.held.update({n: (BASELINE[n], []) for n in LACKING})
         self.pip_calls: list[list[str]] = []
         self.constraints = ""
-        self.outcome = outcome  # held, failed (pip exits 1), left, broken (pip exits 0 regardless)
+        # held, failed (pip exits 1), left, broken (pip exits 0 regardless), no-wheel (pip
+        # cannot add a package the venv lacks)
+        self.outcome = outcome
 
     def __call__(self, argv: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
         if argv[1:4] == ["-I", "-m", "venv"]:
-            (Path(argv[-1]) / "bin").mkdir(parents=True)
+            (Path(argv[-1]) / "bin").mkdir(parents=True, exist_ok=True)
             (Path(argv[-1]) / "bin" / "python").write_text("")
         elif "pip" in argv:
             self.pip_calls.append(argv)
             if "-c" in argv:
                 self.constraints = Path(argv[argv.index("-c") + 1]).read_text()
+                asked = dict(a.split("==") for a in argv[argv.index("-c") + 2 :])
                 if self.outcome == "failed":
                     why = "ResolutionImpossible at https://ci:tok3n@pkgs.example.com/simple"
                     return subprocess.CompletedProcess(argv, 1, "", why)
-                if self.outcome != "left":
+                if self.outcome == "no-wheel" and set(asked) - set(self.held):
+                    why = f"ERROR: No matching distribution found for {sorted(asked)[0]}"
+                    return subprocess.CompletedProcess(argv, 1, "", why)
+                for name, version in asked.items():
+                    if name == "packaging" and self.outcome == "left":
+                        continue
                     needs = ["sympy<1.13"] if self.outcome == "broken" else []
-                    self.held["packaging"] = ("26.4", needs)
+                    self.held[name] = (version, needs if name == "packaging" else [])
         elif argv[1:3] == ["-I", "-c"]:  # the venv's interpreter, asked what it holds
-            dists = [[n, v, r] for n, (v, r) in self.held.items()]
+            dists = [[n, v, r, False] for n, (v, r) in self.held.items()]
             answer = json.dumps({"dists": dists, "markers": LINUX})
             return subprocess.CompletedProcess(argv, 0, "\n" + answer, "")
         return subprocess.CompletedProcess(argv, 0, "", "")
+
+
+LACKING = ("jinja2", "mpmath", "numpy", "pygments")
+
+
+def test_a_venv_that_lacks_the_baselines_packages_gets_them_or_names_why_not(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = FakeVenv(lacking=True)
+    monkeypatch.setattr(sides.subprocess, "run", fake)
+    side = prepare("torch==2.14.1", "candidate", pins=_pins())
+    _, second = fake.pip_calls
+    added = [f"{n}=={BASELINE[n]}" for n in LACKING]
+    assert sorted(second[second.index("-c") + 2 :]) == sorted([*added, "packaging==26.4"])
+    assert {n: fake.held[n][0] for n in LACKING} == {n: BASELINE[n] for n in LACKING}
+    assert [r.name for r in side.relaxed] == ["sympy"]
+    # pip cannot add what the venv lacks: the venv is still held, and each package left out
+    # is named with pip's own words.
+    fake = FakeVenv("no-wheel", lacking=True)
+    monkeypatch.setattr(sides.subprocess, "run", fake)
+    side = prepare("torch==2.14.1", "candidate", pins=_pins(), with_requirements=("tabulate",))
+    assert fake.held["packaging"][0] == "26.4" and not set(LACKING) & set(fake.held)
+    left_out = {r.name: r for r in side.relaxed if r.candidate == "absent"}
+    assert sorted(left_out) == sorted(LACKING)
+    assert "No matching distribution found for jinja2" in left_out["numpy"].required
+    assert "could not add numpy at the baseline's 2.3.4" in left_out["numpy"].warning()
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ from pathlib import Path
 from suite.core.errors import EnvironmentProblem, InputError, warn
 from suite.core.secrets import redact_text, without_credential
 from suite.execute.cache import cache_root
+from suite.execute.holding import hold
 from suite.execute.indexes import Indexes
 from suite.execute.manifest import (
     SHOWN,
@@ -27,7 +28,7 @@ from suite.execute.manifest import (
     read_manifest,
     write_manifest,
 )
-from suite.execute.pinned import BaselinePins, hold, read_pins, read_record, write_record
+from suite.execute.pinned import BaselinePins, read_pins, read_record, write_record
 from suite.execute.prepared import PreparedSide
 from suite.execute.side_deps import WORKER_NEEDS, check_interpreter, parse_requirement
 

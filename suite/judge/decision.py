@@ -23,7 +23,7 @@ from suite.core.loaded import LoadedRun
 from suite.core.records import MatrixEvidence, Result
 from suite.core.results import disturbed, utc_now
 from suite.core.validation import validate
-from suite.judge.missing import missing_gates, required_rows
+from suite.judge.missing import excused_gates, missing_gates, required_rows
 from suite.judge.models import add_identity, model_differences, models_line
 from suite.judge.packages import held_by_policy, package_differences, packages_line
 from suite.judge.policy import Policy, decision_rank
@@ -266,6 +266,7 @@ def decision_record(
             )
         reasons.append(packages_line(packages))
     reasons.extend(mismatches)
+    reasons.extend(excused_gates(policy, cells))
     reasons.extend(notes)
     reasons[:0] = lead  # what the run could not do as asked, before what follows from it
     comparable: Comparable = {"ok": not differences, "differences": list(differences)}

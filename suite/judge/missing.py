@@ -54,6 +54,34 @@ def missing_gates(policy: Policy, cells: Sequence[Cell]) -> list[str]:
     return lines
 
 
+def excused_gates(policy: Policy, cells: Sequence[Cell]) -> list[str]:
+    """One line per gate the profile lets be missing and that went undecided in some cell that
+    ran: what an adopt did not rest on, said where the decision is read, with the rule."""
+    excused: dict[str, int] = {}
+    for cell in cells:
+        if cell.get("baseline_status") == cell.get("candidate_status") == "skipped":
+            continue
+        decided = {g["gate"] for g in cell["gates"] if g["verdict"] in SETTLED}
+        for gate in cell["gates"]:
+            spec = policy.gates.get(gate["gate"])
+            if spec is None or spec.severity not in BLOCKING or not spec.may_be_missing:
+                continue
+            if gate["verdict"] not in ("untested", "inconclusive"):
+                continue
+            stands_in = () if isinstance(spec.may_be_missing, bool) else spec.may_be_missing
+            if spec.may_be_missing is True or decided & set(stands_in):
+                excused[gate["gate"]] = excused.get(gate["gate"], 0) + 1
+    lines = []
+    for name, count in excused.items():
+        stands = policy.gates[name].may_be_missing
+        where = "" if isinstance(stands, bool) else f" where {', '.join(stands)} decided"
+        lines.append(
+            f"{name} undecided in {count} cell{'' if count == 1 else 's'}, which the "
+            f"{policy.profile} profile lets be missing{where}: it does not hold the decision"
+        )
+    return lines
+
+
 # A side that ran the cell and said how it went: evidence, good or bad.
 RAN = frozenset({"ok", "failed", "crashed", "timeout", "oom"})
 
