@@ -161,7 +161,10 @@ def run_ab(
     charged, checked = 0.0, False
     if options.count and "instructions" in policy.gates:
         progress = options.progress
-        charged, checked = count_before_rounds(cells, runs, sides, progress, phases, checks)
+        threshold = policy.gates["instructions"].threshold
+        charged, checked = count_before_rounds(
+            cells, runs, sides, progress, phases, checks, threshold
+        )
     rounds = Rounds(runs, policy, design, comparable, options.progress, charged_s=charged)
     phases.begin("rounds")
     _run_rounds(rounds, runs, cells)
@@ -325,6 +328,7 @@ def count_before_rounds(
     progress: Progress | None,
     phases: Phases,
     checks: Callable[[], float] | None,
+    threshold: float | None = None,
 ) -> tuple[float, bool]:
     """The counting processes, before the rounds, with the rollback checks (when given) beside
     them: an instruction count does not depend on what else runs, a round's clock would; the
@@ -333,7 +337,7 @@ def count_before_rounds(
     checks ran."""
     phases.begin("counting")
     try:
-        beside_s = count_cells(cells, runs, sides, progress, beside=checks)
+        beside_s = count_cells(cells, runs, sides, progress, beside=checks, threshold=threshold)
     except BaseException:
         for run in runs.values():
             run.finish("interrupted")

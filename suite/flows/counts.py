@@ -18,7 +18,7 @@ from suite.execute.counting import Counter, count_file, countable
 from suite.execute.progress import Progress
 from suite.execute.runner import Run
 from suite.execute.sides import PreparedSide
-from suite.judge.instructions import REPLICATES
+from suite.judge.instructions import REPLICATES, settled_by_one_count
 
 T = TypeVar("T")
 
@@ -29,34 +29,65 @@ def count_cells(
     sides: dict[str, PreparedSide],
     progress: Progress | None,
     beside: Callable[[], T] | None = None,
+    threshold: float | None = None,
 ) -> T | None:
     """The counting processes of the instructions gate, before the rounds, for every countable
-    cell: REPLICATES per side. The two sides count at once, one thread each (a count runs on
-    one thread, and instructions do not depend on what else runs). A record already counted
-    (a resumed A/B) stays. `beside` runs at the same time, and what it returns is returned."""
+    cell: one a side first, then REPLICATES a side for each cell whose first counts differ by
+    more than one count can settle (suite/judge/instructions.py settled_by_one_count; every cell,
+    where no threshold is given). The two sides count at once, one thread each (a count runs on
+    one thread, and instructions do not depend on what else runs). A record already counted (a
+    resumed A/B) stays. `beside` runs at the same time, and what it returns is returned."""
     todo = [spec for spec in cells if countable(spec)]
-
-    def count_side(role: str) -> None:
-        run = runs[role]
-        counter = Counter(
+    counters = {
+        role: Counter(
             run.dir,
             run.options.interpreter,
             run.worker_env,
             run.options.launcher,
             in_container=sides[role].kind == "docker",
         )
-        try:
-            for spec in todo:
-                for replicate in range(REPLICATES):
-                    if _counted(count_file(run.dir, spec, replicate), spec):
-                        continue
-                    if progress is not None:
-                        progress.note(f"counting {spec.cell_id} [{role} c{replicate}]")
-                    counter.count(spec, run.run_id, replicate)
-        finally:
+        for role, run in runs.items()
+    }
+
+    def count_side(role: str, specs: Sequence[CellSpec], replicates: range) -> None:
+        run = runs[role]
+        for spec in specs:
+            for replicate in replicates:
+                if _counted(count_file(run.dir, spec, replicate), spec):
+                    continue
+                if progress is not None:
+                    progress.note(f"counting {spec.cell_id} [{role} c{replicate}]")
+                counters[role].count(spec, run.run_id, replicate)
+
+    def count_all() -> None:
+        side_by_side([partial(count_side, role, todo, range(1)) for role in runs], None)
+        again = [spec for spec in todo if not _settled(spec, runs, threshold)]
+        more = range(1, REPLICATES)
+        side_by_side([partial(count_side, role, again, more) for role in runs], None)
+
+    try:
+        return side_by_side([count_all], beside)
+    finally:
+        for counter in counters.values():
             counter.close()
 
-    return side_by_side([partial(count_side, role) for role in runs], beside)
+
+def _settled(spec: CellSpec, runs: dict[str, Run], threshold: float | None) -> bool:
+    """Whether one count a side settles the cell: both counted, within what one count decides."""
+    if threshold is None:
+        return False
+    values = []
+    for run in runs.values():
+        try:
+            doc = read_result(count_file(run.dir, spec, 0))
+        except (InputError, OSError):
+            return False
+        per_step = (doc.get("instructions") or {}).get("per_step")
+        if doc.get("status") != "ok" or not per_step:
+            return True  # nothing a second count would settle: the gate says why
+        values.append(float(per_step))
+    base, cand = values[0], values[-1]
+    return settled_by_one_count(cand / base - 1.0, threshold)
 
 
 def side_by_side(tasks: Sequence[Callable[[], None]], beside: Callable[[], T] | None) -> T | None:
