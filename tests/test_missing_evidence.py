@@ -145,3 +145,31 @@ def test_a_gate_the_profile_lets_be_missing_does_not_hold_an_adopt(tmp_path: Pat
     gates["instructions"]["may_be_missing"] = True
     policy_text.write_text(yaml.safe_dump(doc))
     assert missing_gates(load_policy(policy_text, "research"), [no_count]) == []  # type: ignore[list-item]
+
+
+def test_the_decision_says_which_undecided_gates_the_profile_let_be_missing() -> None:
+    from suite.judge.missing import excused_gates
+
+    research = load_policy(None, "research")
+
+    def cell(cell_id: str, verdicts: dict[str, str], status: str = "ok") -> dict[str, object]:
+        return {
+            "cell_id": cell_id, "baseline_status": status, "candidate_status": status,
+            "gates": [{"gate": g, "verdict": v, "message": ""} for g, v in verdicts.items()],
+        }  # fmt: skip
+
+    cells = [
+        cell("a@cpu", {"latency_p50": "inconclusive", "instructions": "pass"}),
+        cell("b@cpu", {"latency_p50": "untested", "instructions": "pass"}),
+        cell("c@cpu", {"latency_p50": "pass", "instructions": "untested"}),  # p50 stands in
+        cell("d@cpu", {"latency_p50": "fail", "instructions": "pass"}),  # decided: not excused
+        cell("e@cuda", {"latency_p50": "untested"}, status="skipped"),  # absent: nothing
+    ]
+    lines = excused_gates(research, cells)  # type: ignore[arg-type]
+    assert lines == [
+        "latency_p50 undecided in 2 cells, which the research profile lets be missing: it does "
+        "not hold the decision",
+        "instructions undecided in 1 cell, which the research profile lets be missing where "
+        "latency_p50 decided: it does not hold the decision",
+    ]
+    assert missing_gates(research, cells) == []  # type: ignore[arg-type]

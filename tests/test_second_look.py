@@ -134,3 +134,36 @@ def test_a_side_whose_state_slows_a_later_cell_is_not_a_regression(tmp_path: Pat
     assert not [g for g in gates if g["verdict"] == "fail"], err
     assert validate_file(out / "decision.json") == "torch-matrix/decision"
     assert code in (0, 5), err
+
+
+@pytest.mark.parametrize(
+    ("change", "sd", "at_most", "at_least"),
+    [
+        (0.0, 0.10, 0.0005, 0.0),  # A/A, a noisy cell: a false fail must now happen twice
+        (0.30, 0.05, 1.0, 0.99),  # a clear regression: both looks find it
+    ],
+)
+def test_a_fail_needs_both_looks_seeded_simulation(
+    change: float, sd: float, at_most: float, at_least: float
+) -> None:
+    """Round values d ~ N(ln(1 + change), sd), the research profile's design for the rounds
+    and its second look (looks up to 10 rounds): how often a fail stands."""
+    import math
+
+    import numpy as np
+
+    from suite.judge.sequential import judge
+
+    design = load_policy(None, "research").design
+    alone = alone_design(design)
+    rng = np.random.default_rng(49)
+    trials, first, both = 4000, 0, 0
+    for _ in range(trials):
+        d = rng.normal(math.log1p(change), sd, max(design.looks))
+        if judge(list(d), 0.15, design).outcome != "fail":
+            continue
+        first += 1
+        again = rng.normal(math.log1p(change), sd, max(alone.looks))
+        both += judge(list(again), 0.15, alone).outcome == "fail"
+    assert both <= first
+    assert both / trials <= at_most and both / trials >= at_least, (first, both)

@@ -25,7 +25,8 @@ class LoadedRun:
     alone: LoadedRun | None = None
 
     @classmethod
-    def load(cls, run_dir: Path, label: str | None = None) -> LoadedRun:
+    def load(cls, run_dir: Path, label: str | None = None, *, alone: bool = True) -> LoadedRun:
+        """The run in RUN_DIR, with its second look (RUN/alone/) unless ALONE is false."""
         run, records = read_run_dir(run_dir)
         by_cell: dict[str, list[Result]] = defaultdict(list)
         for record in sorted(records, key=lambda r: r["round"]):
@@ -37,10 +38,10 @@ class LoadedRun:
         typed = run
         torch = typed["environment"]["torch"]["version"]
         label = label or typed.get("label") or f"torch {torch}"
-        alone = None
-        if (run_dir / ALONE_DIR / "run.json").is_file():
-            alone = cls.load(run_dir / ALONE_DIR, label)
-        return cls(label, run_dir, typed, dict(by_cell), dict(counts), alone)
+        looked = None
+        if alone and (run_dir / ALONE_DIR / "run.json").is_file():
+            looked = cls.load(run_dir / ALONE_DIR, label)
+        return cls(label, run_dir, typed, dict(by_cell), dict(counts), looked)
 
     @property
     def rounds(self) -> int:

@@ -176,24 +176,27 @@ def run_ab(
             checks()
         rollback_cells, rollback = judge_rollback(options.out, policy)
 
-    def judge(**more: Any) -> DecisionRecord:
+    def judge(alone: bool = True, **more: Any) -> DecisionRecord:
         return decide(
-            LoadedRun.load(options.out / "baseline", baseline.label),
-            LoadedRun.load(options.out / "candidate", candidate.label),
+            LoadedRun.load(options.out / "baseline", baseline.label, alone=alone),
+            LoadedRun.load(options.out / "candidate", candidate.label, alone=alone),
             policy,
             extra_cells=rollback_cells,
             rollback=rollback,
             **more,
         )
 
-    decision = judge()
+    # The cells to look at again, from the rounds alone: a resumed A/B finishes the same look.
+    decision = judge(alone=False)
     again = cells_to_look_again(decision, cells)
-    if again and options.second_look:
-        phases.begin("second look")
-        look_design = alone_design(design)
-        envs = {role: run.environment for role, run in runs.items()}
-        alone = make_runs(again, look_design, ALONE_DIR, envs)
-        _run_rounds(Rounds(alone, policy, look_design, comparable, options.progress), alone, again)
+    if again:  # without one, the second look changes nothing: it judges fails alone
+        if options.second_look:
+            phases.begin("second look")
+            look_design = alone_design(design)
+            envs = {role: run.environment for role, run in runs.items()}
+            alone = make_runs(again, look_design, ALONE_DIR, envs)
+            looking = Rounds(alone, policy, look_design, comparable, options.progress)
+            _run_rounds(looking, alone, again)
         decision = judge()
     if options.traces:
         phases.begin("traces")
