@@ -229,7 +229,8 @@ class FakeVenv:
                     why = "ResolutionImpossible at https://ci:tok3n@pkgs.example.com/simple"
                     return subprocess.CompletedProcess(argv, 1, "", why)
                 if self.outcome == "no-wheel" and set(asked) - set(self.held):
-                    why = f"ERROR: No matching distribution found for {sorted(asked)[0]}"
+                    first = sorted(set(asked) - set(self.held))[0]
+                    why = f"ERROR: No matching distribution found for {first}=={asked[first]}"
                     return subprocess.CompletedProcess(argv, 1, "", why)
                 for name, version in asked.items():
                     if name == "packaging" and self.outcome == "left":
@@ -265,7 +266,9 @@ def test_a_venv_that_lacks_the_baselines_packages_gets_them_or_names_why_not(
     assert fake.held["packaging"][0] == "26.4" and not set(LACKING) & set(fake.held)
     left_out = {r.name: r for r in side.relaxed if r.candidate == "absent"}
     assert sorted(left_out) == sorted(LACKING)
-    assert "No matching distribution found for jinja2" in left_out["numpy"].required
+    # pip names one package at a time: each is left out with its own words, the rest retried.
+    for name in LACKING:
+        assert f"No matching distribution found for {name}" in left_out[name].required
     assert "could not add numpy at the baseline's 2.3.4" in left_out["numpy"].warning()
 
 

@@ -4,6 +4,7 @@ that puts them there with every other version constrained, checked after it ran.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
@@ -30,6 +31,12 @@ from suite.execute.pinned import (
 from suite.execute.side_deps import applies
 
 _TAIL = 1500
+# pip's words for a requirement no index serves: the package it names is left out, and the rest
+# tried again, at most RETRIES times.
+_NOT_FOUND = re.compile(
+    r"(?:No matching distribution found for|satisfies the requirement) ([A-Za-z0-9._-]+)=="
+)
+RETRIES = 5
 
 
 @dataclass(frozen=True)
@@ -197,20 +204,27 @@ def hold(
     if not holding.pinned:
         return PinsRecord(pins.digest, (), holding.relaxed)
     unmet = conflicts(installed, requested)
-    pinned, dropped = dict(holding.pinned), []
+    pinned, dropped = dict(holding.pinned), list[Relaxation]()
     proc = _put_back(pins, holding, installed, pinned, pip, run)
-    absent = {n: v for n, v in pinned.items() if n not in installed.dists}
-    if proc.returncode != 0 and absent:
+    for _ in range(RETRIES):
+        absent = {n: v for n, v in pinned.items() if n not in installed.dists}
+        if proc.returncode == 0 or not absent:
+            break
         # A package the venv lacks that pip cannot install for this candidate (no such version on
-        # its index, no wheel for it) is left out and named; what the venv holds is still held.
+        # its index, no wheel for it) is left out and named: the ones pip names, else all it
+        # lacks; what the venv holds is still held.
         why = _last_line(proc.stderr) or f"pip exited {proc.returncode}"
-        dropped = [
-            Relaxation(n, v, ABSENT, f"pip could not add it to the candidate's venv: {why}")
-            for n, v in absent.items()
+        named = {str(canonicalize_name(m)) for m in _NOT_FOUND.findall(proc.stderr)}
+        out = (named & set(absent)) or set(absent)
+        dropped += [
+            Relaxation(n, absent[n], ABSENT, f"pip could not add it to the candidate's venv: {why}")
+            for n in sorted(out)
         ]
-        pinned = {n: v for n, v in pinned.items() if n not in absent}
-        proc = _put_back(pins, holding, installed, pinned, pip, run) if pinned else proc
-        proc = proc if pinned else subprocess.CompletedProcess(proc.args, 0, "", "")
+        pinned = {n: v for n, v in pinned.items() if n not in out}
+        if not pinned:
+            proc = subprocess.CompletedProcess(proc.args, 0, "", "")
+            break
+        proc = _put_back(pins, holding, installed, pinned, pip, run)
     wanted = [f"{n}=={v}" for n, v in pinned.items()]
     what = f"--{role}: could not hold the venv's {', '.join(wanted)} at the baseline's versions"
     if proc.returncode != 0:
