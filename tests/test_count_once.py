@@ -4,6 +4,7 @@ the others one; without a threshold every cell is counted REPLICATES times."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -27,6 +28,7 @@ CHANGES = {
 class FakeCounter:
     docs: dict[Path, dict[str, Any]] = {}
     counted: list[tuple[str, str, int]] = []
+    threads: dict[str, set[str]] = {}
 
     def __init__(self, run_dir: Path, *_: Any, **__: Any) -> None:
         self.run_dir = run_dir
@@ -38,6 +40,7 @@ class FakeCounter:
         self.docs[path] = {"status": "ok", "spec_hash": spec.spec_hash,
                            "instructions": {"per_step": level}}  # fmt: skip
         self.counted.append((role, spec.cell_id, replicate))
+        self.threads.setdefault(role, set()).add(threading.current_thread().name)
 
     def close(self) -> None:
         pass
@@ -53,7 +56,7 @@ def _read(path: Path) -> dict[str, Any]:
 def test_a_cell_is_counted_again_only_where_one_count_cannot_settle_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, threshold: float | None
 ) -> None:
-    FakeCounter.docs, FakeCounter.counted = {}, []
+    FakeCounter.docs, FakeCounter.counted, FakeCounter.threads = {}, [], {}
     monkeypatch.setattr(counts, "Counter", FakeCounter)
     monkeypatch.setattr(counts, "read_result", _read)
     monkeypatch.setattr(counts, "countable", lambda spec: True)
@@ -76,3 +79,6 @@ def test_a_cell_is_counted_again_only_where_one_count_cannot_settle_it(
     else:
         assert by_cell == {"same": once, "small": once, "near": both, "slower": both}
     assert len(FakeCounter.counted) == sum(len(v) for v in by_cell.values())  # none twice
+    # Each side counts on one thread from first to last: its counting fork server dies with the
+    # thread that started it, so a second pass on another thread found it gone.
+    assert {role: len(ids) for role, ids in FakeCounter.threads.items()} == dict.fromkeys(runs, 1)

@@ -232,3 +232,10 @@ def test_one_count_a_side_settles_only_a_change_far_from_the_threshold(
         again = instructions_gate(GATE, [_count(1.2e7)] * 2, [_count(1.2e7 * (1 + change))] * 2)
         expected = "pass" if abs(change) <= 0.02 else "fail" if change > 0 else "improved"
         assert again is not None and again["verdict"] == expected
+
+
+def test_a_failed_count_beside_good_ones_is_not_another_kernel() -> None:
+    lost = {"status": "failed", "failure": {"message": "the fork server was lost"}}
+    result = instructions_gate(GATE, [_count(1e7), _count(1e7)], [_count(1.05e7), lost])
+    assert result is not None and result["verdict"] == "inconclusive", result["message"]
+    assert "needs 2 counts a side" in result["message"]

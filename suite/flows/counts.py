@@ -5,6 +5,7 @@ starts with them and takes the CPU it needs first."""
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -49,7 +50,7 @@ def count_cells(
         for role, run in runs.items()
     }
 
-    def count_side(role: str, specs: Sequence[CellSpec], replicates: range) -> None:
+    def count(role: str, specs: Sequence[CellSpec], replicates: range) -> None:
         run = runs[role]
         for spec in specs:
             for replicate in replicates:
@@ -59,14 +60,25 @@ def count_cells(
                     progress.note(f"counting {spec.cell_id} [{role} c{replicate}]")
                 counters[role].count(spec, run.run_id, replicate)
 
-    def count_all() -> None:
-        side_by_side([partial(count_side, role, todo, range(1)) for role in runs], None)
+    # Both passes of a side run on one thread: a side's counting fork server dies with the
+    # thread that started it (the death signal a worker's parent sets is the thread's).
+    first_done = threading.Barrier(len(runs))
+
+    def count_side(role: str) -> None:
+        try:
+            count(role, todo, range(1))
+        except BaseException:
+            first_done.abort()  # the other side stops waiting; this error is raised
+            raise
+        try:
+            first_done.wait()
+        except threading.BrokenBarrierError:
+            return  # the other side failed: its error is the one raised
         again = [spec for spec in todo if not _settled(spec, runs, threshold)]
-        more = range(1, REPLICATES)
-        side_by_side([partial(count_side, role, again, more) for role in runs], None)
+        count(role, again, range(1, REPLICATES))
 
     try:
-        return side_by_side([count_all], beside)
+        return side_by_side([partial(count_side, role) for role in runs], beside)
     finally:
         for counter in counters.values():
             counter.close()

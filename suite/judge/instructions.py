@@ -116,7 +116,8 @@ def instructions_gate(
         "baseline": statistics.median(b),
         "candidate": statistics.median(c),
     }
-    caps = {(r.get("instructions") or {}).get("capability") for r in [*base, *cand]}
+    counted = [r for r in [*base, *cand] if r.get("status") == "ok" and r.get("instructions")]
+    caps = {(r.get("instructions") or {}).get("capability") for r in counted}
     if len(caps) > 1:
         message = f"the sides counted different kernels ({', '.join(sorted(map(str, caps)))})"
         return gate_result(gate, "not-comparable", message, **numbers)
