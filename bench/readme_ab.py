@@ -5,7 +5,10 @@ decision, and for every timing fail or improvement it reports, the same cell A/B
 (fixed rounds, no counting) beside it: a fail the cell alone does not show is a false one.
 
     python bench/readme_ab.py [--runs 3] [--candidate torch==2.14.1] [--baseline-torch 2.13.0]
-        [--repo .] [--work DIR] [--alone-rounds 8] [--json PATH]
+        [--repo .] [--work DIR] [--alone-rounds 8] [--json PATH] [--again]
+
+`--again` makes the runs after the first the same user's next command: the first run's clone,
+environment and cache (its venvs and kept counts), not fresh ones.
 
 `--candidate torch==2.13.0` makes it an A/A of the whole built-in matrix. Run it alone, on a
 quiet machine: anything beside it is background load, and the figures then measure that.
@@ -49,20 +52,35 @@ def _fails(decision: dict[str, Any]) -> list[tuple[str, str, str]]:
     return found
 
 
+def _kept(out: Path) -> str:
+    """How many count records of each side were kept from an earlier run."""
+    said = []
+    for role in ("baseline", "candidate"):
+        docs = [json.loads(p.read_text()) for p in (out / role / "counts").glob("*.json")]
+        kept = sum(1 for d in docs if (d.get("instructions") or {}).get("kept"))
+        said.append(f"{role} {kept} of {len(docs)}")
+    return ", ".join(said)
+
+
 def one_run(args: argparse.Namespace, work: Path, n: int) -> dict[str, Any]:
-    clone, venv, cache, out = (work / f"{name}-{n}" for name in ("clone", "env", "cache", "ab"))
-    subprocess.run(["git", "clone", "-q", str(args.repo), str(clone)], check=True)
+    # --again: the runs after the first are the same user's next command, in the same clone,
+    # environment and cache.
+    setup = 1 if args.again else n
+    clone, venv, cache = (work / f"{name}-{setup}" for name in ("clone", "env", "cache"))
+    out = work / f"ab-{n}"
     python = venv / "bin" / "python"
     install_s = 0.0
-    for argv in (
-        [sys.executable, "-m", "venv", str(venv)],
-        [str(python), "-m", "pip", "install", "-q", f"torch=={args.baseline_torch}", "-e",
-         str(clone)],
-    ):  # fmt: skip
-        took, code, said = _timed(argv)
-        install_s += took
-        if code != 0:
-            raise SystemExit(f"install failed: {' '.join(argv)}\n{said[-2000:]}")
+    if setup == n:
+        subprocess.run(["git", "clone", "-q", str(args.repo), str(clone)], check=True)
+        for argv in (
+            [sys.executable, "-m", "venv", str(venv)],
+            [str(python), "-m", "pip", "install", "-q", f"torch=={args.baseline_torch}", "-e",
+             str(clone)],
+        ):  # fmt: skip
+            took, code, said = _timed(argv)
+            install_s += took
+            if code != 0:
+                raise SystemExit(f"install failed: {' '.join(argv)}\n{said[-2000:]}")
     tm = [str(python), "-m", "suite"]
     ab_s, code, said = _timed(
         [*tm, "ab", "--candidate", args.candidate, "--out", str(out), "--format", "json"],
@@ -81,6 +99,7 @@ def one_run(args: argparse.Namespace, work: Path, n: int) -> dict[str, Any]:
         "phases": decision.get("phases", {}),
         "packages": (decision.get("comparable") or {}).get("packages", []),
         "reasons": decision.get("reasons", [])[:6],
+        "kept": _kept(out),
         "fails": [],
     }
     for cell_id, gate, message in _fails(decision):
@@ -119,6 +138,9 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=None)
     parser.add_argument("--alone-rounds", type=int, default=8)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument(
+        "--again", action="store_true", help="runs after the first reuse its clone, env, cache"
+    )
     args = parser.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="readme-ab-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -129,7 +151,8 @@ def main() -> None:
         phases = ", ".join(f"{k} {v:.0f} s" for k, v in result["phases"].items())
         print(
             f"run {n}: install {result['install_s']:.0f} s, ab {result['ab_s']:.0f} s "
-            f"({phases}); decision {result['decision']} (exit {result['exit']})",
+            f"({phases}); decision {result['decision']} (exit {result['exit']}); counts kept "
+            f"from earlier runs: {result['kept']}",
             flush=True,
         )
         for diff in result["packages"]:

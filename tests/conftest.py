@@ -56,6 +56,9 @@ def _counting_where_asked(request: pytest.FixtureRequest, monkeypatch: pytest.Mo
     leaves it, and the tests of other things do not pay for counting."""
     if request.node.get_closest_marker("counting") is None:
         monkeypatch.setenv("TORCH_MATRIX_COUNT", "0")
+    # A count kept by one test would be another's: each counts afresh unless it tests keeping.
+    if request.node.get_closest_marker("keeps_counts") is None:
+        monkeypatch.setenv("TORCH_MATRIX_KEEP_COUNTS", "0")
 
 
 # Skips that no amount of installing can avoid on a Linux CPU machine.

@@ -86,6 +86,14 @@ if TYPE_CHECKING:
     help="Count the CPU cells' instructions when the policy names the instructions gate "
     "(env TORCH_MATRIX_COUNT=0 turns it off); not counted, the gate is untested.",
 )
+@click.option(
+    "--keep-counts/--recount",
+    default=True,
+    envvar="TORCH_MATRIX_KEEP_COUNTS",
+    show_default=True,
+    help="Reuse a count kept from an earlier run of the same cell on the same build and code, "
+    "and keep this run's (--recount counts every cell again and keeps nothing).",
+)
 @calibration_option
 @format_option
 @github_step_option
@@ -103,6 +111,7 @@ def ab(
     resume: bool,
     no_traces: bool,
     count: bool,
+    keep_counts: bool,
     calibration_file: Path | None,
     fmt: str,
     github_step: bool,
@@ -145,6 +154,7 @@ def ab(
             traces=not no_traces,
             resume=resume,
             count=count,
+            keep_counts=keep_counts,
         )
         decision = run_ab(matrix, cells, resolved, base_side, cand_side, policy, options)
         _echo_phases(decision)

@@ -218,6 +218,7 @@ class HarnessRecord(TypedDict, total=False):
     timed_s: float
     timer_overhead_s: float
     forked: bool
+    counted_wall_s: float  # a count kept from an earlier run: what counting it cost then
 
 
 class ThreadsRecord(TypedDict, total=False):

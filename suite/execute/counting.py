@@ -25,8 +25,9 @@ from suite.core.spec import CellSpec
 from suite.core.spec import countable as counts_cell
 from suite.execute.cell import worker_argv
 from suite.execute.forkclient import ForkServer
+from suite.execute.kept_counts import KeptCounts
 from suite.execute.launch import Launcher, Step, read_tail, run_process
-from suite.worker.counting import COUNT_VAR, late_instrumentation
+from suite.worker.counting import COUNT_VAR, WARMUP_CALLS, late_instrumentation
 
 COUNT_STEPS = 1
 # Per-function totals beside a count: "instructions<TAB>function" lines, largest first.
@@ -58,6 +59,24 @@ def valgrind() -> str | None:
     return shutil.which("valgrind")
 
 
+def counting_setup() -> dict[str, object]:
+    """What a count depends on in how it is made, for the key of kept counts."""
+    found = valgrind()
+    version = ""
+    if found is not None:
+        proc = subprocess.run(
+            [found, "--version"], capture_output=True, text=True, timeout=60, check=False
+        )
+        version = proc.stdout.strip()
+    return {
+        "valgrind": version,
+        "callgrind": CALLGRIND,
+        "env": COUNT_ENV,
+        "steps": COUNT_STEPS,
+        "warmup_calls": WARMUP_CALLS,
+    }
+
+
 # Counting runs at the lowest priority: an instruction count does not depend on the CPU time it
 # gets, and what runs beside it (the rollback checks) keeps the core it needs, and its clock.
 NICE = ("nice", "-n", "19")
@@ -86,8 +105,10 @@ class Counter:
         launcher: Launcher = run_process,
         *,
         in_container: bool = False,
+        kept: KeptCounts | None = None,
     ) -> None:
         self.run_dir = run_dir
+        self.kept = kept
         self.interpreter = interpreter
         self.env = {**env, **COUNT_ENV, COUNT_VAR: str(COUNT_STEPS)}
         self.launcher = launcher
@@ -134,6 +155,10 @@ class Counter:
         profile = path.with_suffix(".callgrind")
         log = self.run_dir / "logs" / f"{path.stem}.log"
         started = utc_now()
+        if self.kept is not None:
+            reused = self.kept.reuse(spec, replicate, path, run_id)
+            if reused is not None:
+                return reused
         if not self.in_container and valgrind() is None:
             message = f"Valgrind is not here: {INSTALL_HINT}"
             return _failed(spec, run_id, replicate, path, started, message)
@@ -159,6 +184,8 @@ class Counter:
         harness = doc.get("harness") or {}
         doc["harness"] = {**harness, "parent_wall_s": round(time.monotonic() - began, 3)}
         write_result(path, doc)
+        if self.kept is not None:
+            self.kept.keep(spec, replicate, path, doc)
         return doc
 
 

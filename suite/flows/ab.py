@@ -58,6 +58,7 @@ class AbOptions:
     rollback: bool = True
     resume: bool = False
     count: bool = True  # the instructions gate's counting, where the policy names the gate
+    keep_counts: bool = False  # counts kept across runs reused, and this run's kept (ab's default)
     second_look: bool = True  # a timing fail or improvement runs again alone before it stands
 
 
@@ -163,7 +164,7 @@ def run_ab(
         progress = options.progress
         threshold = policy.gates["instructions"].threshold
         charged, checked = count_before_rounds(
-            cells, runs, sides, progress, phases, checks, threshold
+            cells, runs, sides, progress, phases, checks, threshold, options.keep_counts
         )
     rounds = Rounds(runs, policy, design, comparable, options.progress, charged_s=charged)
     phases.begin("rounds")
@@ -332,6 +333,7 @@ def count_before_rounds(
     phases: Phases,
     checks: Callable[[], float] | None,
     threshold: float | None = None,
+    keep: bool = False,
 ) -> tuple[float, bool]:
     """The counting processes, before the rounds, with the rollback checks (when given) beside
     them: an instruction count does not depend on what else runs, a round's clock would; the
@@ -340,7 +342,9 @@ def count_before_rounds(
     checks ran."""
     phases.begin("counting")
     try:
-        beside_s = count_cells(cells, runs, sides, progress, beside=checks, threshold=threshold)
+        beside_s = count_cells(
+            cells, runs, sides, progress, beside=checks, threshold=threshold, keep=keep
+        )
     except BaseException:
         for run in runs.values():
             run.finish("interrupted")

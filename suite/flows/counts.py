@@ -15,7 +15,8 @@ from typing import TypeVar
 from suite.core.errors import InputError
 from suite.core.results import read_result, record_wall_s
 from suite.core.spec import CellSpec
-from suite.execute.counting import Counter, count_file, countable
+from suite.execute.counting import Counter, count_file, countable, counting_setup
+from suite.execute.kept_counts import KeptCounts, kept_counts
 from suite.execute.progress import Progress
 from suite.execute.runner import Run
 from suite.execute.sides import PreparedSide
@@ -31,14 +32,18 @@ def count_cells(
     progress: Progress | None,
     beside: Callable[[], T] | None = None,
     threshold: float | None = None,
+    keep: bool = False,
 ) -> T | None:
     """The counting processes of the instructions gate, before the rounds, for every countable
     cell: one a side first, then REPLICATES a side for each cell whose first counts differ by
     more than one count can settle (suite/judge/instructions.py settled_by_one_count; every cell,
     where no threshold is given). The two sides count at once, one thread each (a count runs on
     one thread, and instructions do not depend on what else runs). A record already counted (a
-    resumed A/B) stays. `beside` runs at the same time, and what it returns is returned."""
+    resumed A/B) stays, and so does a count kept from an earlier run of the same cell on the same
+    build (suite/execute/kept_counts.py), where `keep` is on. `beside` runs at the same time,
+    and what it returns is returned."""
     todo = [spec for spec in cells if countable(spec)]
+    kept = _kept(runs, sides, progress) if todo and keep else {}
     counters = {
         role: Counter(
             run.dir,
@@ -46,6 +51,7 @@ def count_cells(
             run.worker_env,
             run.options.launcher,
             in_container=sides[role].kind == "docker",
+            kept=kept.get(role),
         )
         for role, run in runs.items()
     }
@@ -82,6 +88,25 @@ def count_cells(
     finally:
         for counter in counters.values():
             counter.close()
+
+
+def _kept(
+    runs: dict[str, Run], sides: dict[str, PreparedSide], progress: Progress | None
+) -> dict[str, KeptCounts]:
+    setup = counting_setup()
+    out = {}
+    for role, run in runs.items():
+        side = sides[role]
+        out[role] = kept_counts(
+            run.options.interpreter,
+            run.worker_env,
+            setup,
+            image_digest=(side.image or {}).get("digest"),
+            in_container=side.kind == "docker",
+        )
+        if out[role].side_key is None and progress is not None:
+            progress.note(f"{role}: counts are not kept across runs: {out[role].why}")
+    return out
 
 
 def _settled(spec: CellSpec, runs: dict[str, Run], threshold: float | None) -> bool:

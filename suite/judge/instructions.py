@@ -81,7 +81,10 @@ def _label(records: Sequence[Record]) -> str:
     threads = first.get("threads")
     size = first.get("size") or {}
     at = "counted at " + ", ".join(f"{k}={v}" for k, v in sorted(size.items())) if size else None
-    parts = [LABEL, f"{capability} path" if capability else None, f"{threads} thread", at]
+    kept = sum(1 for r in records if (r.get("instructions") or {}).get("kept"))
+    # Kept from an earlier run of the same cell, build and code (suite/execute/kept_counts.py)
+    reused = f"{kept} of {len(records)} counts kept from earlier runs" if kept else None
+    parts = [LABEL, f"{capability} path" if capability else None, f"{threads} thread", at, reused]
     return ", ".join(p for p in parts if p and not p.startswith("None"))
 
 
