@@ -231,3 +231,20 @@ def test_a_second_ab_of_the_same_sides_counts_nothing_again(
     # The same numbers: a kept count is the count that was made.
     assert abs(gates[1]["baseline"] / gates[0]["baseline"] - 1) < 0.005
     assert os.listdir(tmp_path / "cache" / kc.KEPT_DIR)
+
+
+def test_a_file_dropped_loose_in_site_packages_changes_the_key(tmp_path: Path) -> None:
+    """A sitecustomize.py or .pth file that patches torch belongs to no distribution's RECORD,
+    and it changes what a count counts."""
+    import subprocess
+    import sysconfig
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    before = kc.kept_counts(python, _env(), counting_setup())
+    assert before.side_key is not None, before.why
+    purelib = sysconfig.get_path("purelib", vars={"base": str(venv), "platbase": str(venv)})
+    (Path(purelib) / "sitecustomize.py").write_text("import os\n")
+    after = kc.kept_counts(python, _env(), counting_setup())
+    assert after.side_key not in (None, before.side_key)

@@ -8,9 +8,11 @@ count depends on:
 - the cell (its spec hash) and the replicate;
 - the suite's own code (every .py of the package: the worker, the counting steps, the built-in
   workloads);
-- the side: for a local interpreter, its version and executable and a digest of each installed
-  distribution's RECORD (which lists a sha256 of every file the distribution installed), read
-  with the worker's environment; for a docker: side, the image digest;
+- the side: for a local interpreter, its version and executable, a digest of each installed
+  distribution's RECORD (which lists a sha256 of every file the distribution installed), and of
+  what lies loose at the top of each folder on sys.path (the names, and each file: a .pth, a
+  sitecustomize.py that patches torch), read with the worker's environment; for a docker: side,
+  the image digest;
 - the environment a worker imports with (suite/execute/forkserver.py import_time_env, the
   suite's own import path left out: it differs from clone to clone, and the code digest
   covers it);
@@ -61,12 +63,23 @@ RUNTIME_READ = ("ATEN_",)
 _PROBE = r"""
 import hashlib, json, os, sys
 out = {"version": sys.version, "executable": os.path.realpath(sys.executable),
-       "prefixes": sorted({sys.prefix, sys.base_prefix, sys.exec_prefix}), "paths": [], "dists": []}
+       "prefixes": sorted({sys.prefix, sys.base_prefix, sys.exec_prefix}), "paths": [], "dists": [],
+       "loose": []}
 for entry in sys.path[1:]:
     if not entry or not os.path.isdir(entry):
         continue
     out["paths"].append(os.path.realpath(entry))
+    loose = hashlib.sha256()
     for name in sorted(os.listdir(entry)):
+        path = os.path.join(entry, name)
+        loose.update(name.encode() + b"\0")
+        if os.path.isfile(path):
+            size = os.path.getsize(path)
+            if size > 4 << 20:
+                loose.update(f"{size} {os.path.getmtime(path)}".encode())
+            else:
+                with open(path, "rb") as fh:
+                    loose.update(fh.read())
         if not name.endswith(".dist-info"):
             continue
         info = os.path.join(entry, name)
@@ -81,6 +94,7 @@ for entry in sys.path[1:]:
         except (OSError, ValueError):
             url = None
         out["dists"].append([name, record, url])
+    out["loose"].append(loose.hexdigest())
 print(json.dumps(out))
 """
 
