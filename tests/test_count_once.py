@@ -32,8 +32,11 @@ class FakeCounter:
 
     def __init__(self, run_dir: Path, *_: Any, **__: Any) -> None:
         self.run_dir = run_dir
+        self.thread = threading.current_thread().name
 
     def count(self, spec: Any, run_id: str, replicate: int) -> None:
+        # A counter's fork server dies with the thread that started it: one thread a counter.
+        assert threading.current_thread().name == self.thread
         role = self.run_dir.name
         level = 1e7 * (1 + (CHANGES[spec.cell_id] if role == "candidate" else 0.0))
         path = counts.count_file(self.run_dir, spec, replicate)
@@ -42,7 +45,7 @@ class FakeCounter:
         self.counted.append((role, spec.cell_id, replicate))
         self.threads.setdefault(role, set()).add(threading.current_thread().name)
 
-    def close(self) -> None:
+    def close(self, compiled: bool = True) -> None:
         pass
 
 
@@ -79,6 +82,46 @@ def test_a_cell_is_counted_again_only_where_one_count_cannot_settle_it(
     else:
         assert by_cell == {"same": once, "small": once, "near": both, "slower": both}
     assert len(FakeCounter.counted) == sum(len(v) for v in by_cell.values())  # none twice
-    # Each side counts on one thread from first to last: its counting fork server dies with the
-    # thread that started it, so a second pass on another thread found it gone.
-    assert {role: len(ids) for role, ids in FakeCounter.threads.items()} == dict.fromkeys(runs, 1)
+
+
+@pytest.mark.parametrize(("cells", "lanes"), [(6, 2), (counts.STEAL_AT - 1, 1)])
+def test_a_lane_done_with_its_own_side_helps_the_other(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cells: int, lanes: int
+) -> None:
+    """The baseline's counts are all there already (kept from an earlier run): its lane starts
+    a second counting server of the candidate and takes from the end of the candidate's queue,
+    where enough is left to pay for that server's start; each count is made once."""
+    import time
+
+    made: list[dict[str, Any]] = []
+
+    class Slow(FakeCounter):
+        def __init__(self, run_dir: Path, *args: Any, **kwargs: Any) -> None:
+            super().__init__(run_dir, *args, **kwargs)
+            made.append({"role": run_dir.name, "lane": kwargs.get("lane", 0)})
+
+        def count(self, spec: Any, run_id: str, replicate: int) -> None:
+            time.sleep(0.5)  # a count takes a while: the other lane finds the queue still long
+            super().count(spec, run_id, replicate)
+
+    FakeCounter.docs, FakeCounter.counted, FakeCounter.threads = {}, [], {}
+    monkeypatch.setattr(counts, "Counter", Slow)
+    monkeypatch.setattr(counts, "read_result", _read)
+    monkeypatch.setattr(counts, "countable", lambda spec: True)
+    specs = [SimpleNamespace(cell_id=f"x{n}", spec_hash=f"x{n}") for n in range(cells)]
+    for spec in specs:
+        monkeypatch.setitem(CHANGES, spec.cell_id, 0.0)
+    runs = {
+        role: SimpleNamespace(dir=tmp_path / role, run_id="r", worker_env={},
+                              options=SimpleNamespace(interpreter="python", launcher=None))
+        for role in ("baseline", "candidate")
+    }  # fmt: skip
+    for spec in specs:
+        path = counts.count_file(runs["baseline"].dir, spec, 0)  # type: ignore[arg-type]
+        FakeCounter.docs[path] = {"status": "ok", "spec_hash": spec.spec_hash,
+                                  "instructions": {"per_step": 1e7}}  # fmt: skip
+    sides = {role: SimpleNamespace(kind="requirement") for role in runs}
+    counts.count_cells(specs, runs, sides, None, None, THRESHOLD)  # type: ignore[arg-type]
+    assert [c[0] for c in FakeCounter.counted] == ["candidate"] * cells  # each once
+    assert len(FakeCounter.threads["candidate"]) == lanes
+    assert sorted(m["lane"] for m in made if m["role"] == "candidate") == list(range(lanes))

@@ -4,6 +4,10 @@ thread, with a fixed hash seed. It writes a result record under RUN/counts/ with
 counted and the per-function totals (callgrind_annotate), which the instructions gate judges
 (suite/judge/instructions.py).
 
+Where this process can open the CPU's own instruction counter (suite/worker/hw_counter.py), the
+counting processes fork from a plain fork server and read it instead, at native speed
+(counting_method); the record then names the method and has no per-function totals.
+
 Counting applies to CPU cells of one rank: a GPU's work is not the host's instructions. A
 compiled cell compiles in its cold call, outside the count; the compile and export workloads,
 which compile sweeps of graphs first, are not counted (suite/core/spec.py). Where Valgrind is
@@ -13,12 +17,15 @@ pass.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
+from suite.core.errors import InputError
 from suite.core.records import Result
 from suite.core.results import COUNTS_DIR, failure_result, read_result, utc_now, write_result
 from suite.core.spec import CellSpec
@@ -27,7 +34,14 @@ from suite.execute.cell import worker_argv
 from suite.execute.forkclient import ForkServer
 from suite.execute.kept_counts import KeptCounts
 from suite.execute.launch import Launcher, Step, read_tail, run_process
-from suite.worker.counting import COUNT_VAR, WARMUP_CALLS, late_instrumentation
+from suite.worker.counting import (
+    COUNT_VAR,
+    COUNT_WITH_VAR,
+    METHODS,
+    WARMUP_CALLS,
+    late_instrumentation,
+)
+from suite.worker.hw_counter import available as hardware_counter
 
 COUNT_STEPS = 1
 # Per-function totals beside a count: "instructions<TAB>function" lines, largest first.
@@ -59,7 +73,24 @@ def valgrind() -> str | None:
     return shutil.which("valgrind")
 
 
-def counting_setup() -> dict[str, object]:
+def counting_method(env: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """How this machine counts a local side, and why: the CPU's own instruction counter where
+    this process can open one (suite/worker/hw_counter.py), else callgrind. COUNT_WITH_VAR in
+    the environment picks one; a docker: side always counts under callgrind in its image."""
+    env = os.environ if env is None else env
+    chosen = env.get(COUNT_WITH_VAR, "").strip()
+    if chosen and chosen not in METHODS:
+        raise InputError(
+            f"{COUNT_WITH_VAR}={chosen!r}: counting is one of {', '.join(METHODS)}",
+            option=COUNT_WITH_VAR,
+        )
+    usable, why = hardware_counter()
+    if chosen == "perf" or (not chosen and usable):
+        return "perf", "the CPU's instruction counter (perf_event)"
+    return "callgrind", f"callgrind ({why})" if not chosen else "callgrind, as asked"
+
+
+def counting_setup(method: str = "callgrind") -> dict[str, object]:
     """What a count depends on in how it is made, for the key of kept counts."""
     found = valgrind()
     version = ""
@@ -69,6 +100,7 @@ def counting_setup() -> dict[str, object]:
         )
         version = proc.stdout.strip()
     return {
+        "method": method,
         "valgrind": version,
         "callgrind": CALLGRIND,
         "env": COUNT_ENV,
@@ -106,29 +138,36 @@ class Counter:
         *,
         in_container: bool = False,
         kept: KeptCounts | None = None,
+        lane: int = 0,
+        method: str = "callgrind",
     ) -> None:
         self.run_dir = run_dir
         self.kept = kept
+        self.lane = lane  # a side may count on more than one lane (suite/flows/counts.py)
+        self.method = "callgrind" if in_container else method
         self.interpreter = interpreter
-        self.env = {**env, **COUNT_ENV, COUNT_VAR: str(COUNT_STEPS)}
+        self.env = {**env, **COUNT_ENV, COUNT_VAR: str(COUNT_STEPS), COUNT_WITH_VAR: self.method}
         self.launcher = launcher
         self.in_container = in_container
-        self.profiles = run_dir / COUNTS_DIR / ".callgrind"
+        self.profiles = run_dir / COUNTS_DIR / (".callgrind" + (f"-{lane}" if lane else ""))
         self._server: ForkServer | None = None
 
     def _fork_server(self) -> ForkServer:
         if self._server is None:
             self.profiles.mkdir(parents=True, exist_ok=True)
+            log = "counting-forkserver" + (f"-{self.lane}" if self.lane else "") + ".log"
             self._server = ForkServer(
                 self.interpreter,
                 self.env,
-                self.run_dir / "logs" / "counting-forkserver.log",
+                self.run_dir / "logs" / log,
                 ready_timeout_s=COUNT_TIMEOUT_S,
                 prefix=(
                     *NICE,
                     *CALLGRIND,
                     f"--callgrind-out-file={self.profiles}/callgrind.out.%p",
-                ),
+                )
+                if self.method == "callgrind"
+                else NICE,
             )
         return self._server
 
@@ -139,12 +178,15 @@ class Counter:
         that a cell's count does not depend on which cells ran before it."""
         return self.run_dir / COUNTS_DIR / ".inductor-cache" / spec.cell_id
 
-    def close(self) -> None:
+    def close(self, compiled: bool = True) -> None:
+        """Stop the fork server; with `compiled`, drop the side's compiled graphs too (a side
+        counting on several lanes drops them once all are done)."""
         if self._server is not None:
             self._server.close()
             self._server = None
         shutil.rmtree(self.profiles, ignore_errors=True)
-        shutil.rmtree(self.run_dir / COUNTS_DIR / ".inductor-cache", ignore_errors=True)
+        if compiled:
+            shutil.rmtree(self.run_dir / COUNTS_DIR / ".inductor-cache", ignore_errors=True)
 
     def count(self, spec: CellSpec, run_id: str, replicate: int) -> Result:
         """One counting process of the cell; its record, written under RUN/counts/."""
@@ -159,7 +201,7 @@ class Counter:
             reused = self.kept.reuse(spec, replicate, path, run_id)
             if reused is not None:
                 return reused
-        if not self.in_container and valgrind() is None:
+        if self.method == "callgrind" and not self.in_container and valgrind() is None:
             message = f"Valgrind is not here: {INSTALL_HINT}"
             return _failed(spec, run_id, replicate, path, started, message)
         argv = worker_argv(self.interpreter, spec, path, run_id, replicate)
@@ -177,7 +219,7 @@ class Counter:
             message = f"the counting process {why}: {read_tail(log, 800)}"
             return _failed(spec, run_id, replicate, path, started, message)
         doc = read_result(path)
-        if doc.get("status") == "ok" and doc.get("instructions"):
+        if doc.get("status") == "ok" and doc.get("instructions") and self.method == "callgrind":
             _add_counts(doc, profile, self.run_dir)
         # What the count cost the A/B, charged to its budget: the fork server's start under
         # Valgrind for a side's first count, and the per-function totals, included.

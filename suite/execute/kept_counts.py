@@ -36,7 +36,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +52,7 @@ from suite.workloads import BUILTINS
 KEEP_VERSION = 1
 KEPT_DIR = "counts"
 RECORD = "record.json"
+KEY = "key.json"  # the digest of each part of the side's key
 # Beside a count record: the per-function totals and the callgrind profile.
 BESIDE = (".functions.tsv", ".callgrind")
 PROBE_TIMEOUT_S = 120.0
@@ -107,6 +108,7 @@ class KeptCounts:
     root: Path
     side_key: str | None
     why: str = ""
+    parts: Mapping[str, str] = field(default_factory=dict)  # what the side key digests
 
     def key(self, spec: CellSpec, replicate: int) -> str | None:
         if self.side_key is None or spec.ref not in BUILTINS:
@@ -136,10 +138,10 @@ class KeptCounts:
             kept = folder / f"{RECORD}{suffix}"
             if kept.is_file():
                 shutil.copyfile(kept, path.with_suffix(suffix))
-        for field, suffix in (("functions", BESIDE[0]), ("profile", BESIDE[1])):
-            if counted.get(field):
+        for name, suffix in (("functions", BESIDE[0]), ("profile", BESIDE[1])):
+            if counted.get(name):
                 beside = path.with_suffix(suffix)
-                counted[field] = str(beside.relative_to(run_dir)) if beside.is_file() else None
+                counted[name] = str(beside.relative_to(run_dir)) if beside.is_file() else None
         counted["kept"] = {
             "key": key,
             "run_id": str(doc["run_id"]),
@@ -172,6 +174,7 @@ class KeptCounts:
                 if path.with_suffix(suffix).is_file():
                     shutil.copyfile(path.with_suffix(suffix), staging / f"{RECORD}{suffix}")
             write_result(staging / RECORD, doc)
+            (staging / KEY).write_text(json.dumps(dict(self.parts), indent=1), encoding="utf-8")
             shutil.rmtree(folder, ignore_errors=True)
             os.replace(staging, folder)
         except OSError:
@@ -205,12 +208,22 @@ def kept_counts(
         for k, v in import_time_env(env).items()
     }
     runtime = {k: v for k, v in env.items() if k.startswith(RUNTIME_READ)}
-    text = json.dumps(
-        [KEEP_VERSION, _code_digest(), side, imported, runtime, dict(counting_setup), _cpu()],
-        sort_keys=True,
-        default=str,
-    )
-    return KeptCounts(root, hashlib.sha256(text.encode()).hexdigest())
+    parts = {
+        "code": _code_digest(),
+        "side": side,
+        "imported": imported,
+        "runtime": runtime,
+        "counting": dict(counting_setup),
+        "cpu": _cpu(),
+    }
+    # Each part's digest, kept beside a count (never the values: an environment may hold a
+    # secret), so that a count counted again can say which part changed.
+    digests = {name: _digest(part) for name, part in parts.items()}
+    return KeptCounts(root, _digest([KEEP_VERSION, digests]), parts=digests)
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def _interpreter_identity(interpreter: str, env: Mapping[str, str]) -> tuple[Any, str]:

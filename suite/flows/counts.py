@@ -1,21 +1,30 @@
 """The counting processes of an A/B's instructions gate: both sides count at once, before the
-rounds, at the lowest priority (suite/execute/counting.py NICE), and whatever runs beside them
-starts with them and takes the CPU it needs first."""
+rounds, at the lowest priority (suite/execute/counting.py NICE), one lane a side that helps the
+other side once its own is done, and whatever runs beside them starts with them and takes the
+CPU it needs first."""
 
 from __future__ import annotations
 
 import math
+import shutil
 import threading
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
 from suite.core.errors import InputError
-from suite.core.results import read_result, record_wall_s
+from suite.core.results import COUNTS_DIR, read_result, record_wall_s
 from suite.core.spec import CellSpec
-from suite.execute.counting import Counter, count_file, countable, counting_setup
+from suite.execute.counting import (
+    Counter,
+    count_file,
+    countable,
+    counting_method,
+    counting_setup,
+)
 from suite.execute.kept_counts import KeptCounts, kept_counts
 from suite.execute.progress import Progress
 from suite.execute.runner import Run
@@ -23,6 +32,40 @@ from suite.execute.sides import PreparedSide
 from suite.judge.instructions import REPLICATES, settled_by_one_count
 
 T = TypeVar("T")
+
+
+# A lane whose own side has nothing left to count starts a counting server of the other side and
+# takes counts from the end of that side's queue, when at least this many are left there: the
+# server's start under Valgrind (30-80 s here) is worth it only against several counts (10-60 s
+# each). Once started, it takes whatever is left.
+STEAL_AT = 4
+
+Task = tuple[str, CellSpec, int]  # side, cell, replicate
+
+
+class Queues:
+    """What is left to count, a queue a side, taken from by the lanes under one lock."""
+
+    def __init__(self, roles: Sequence[str]) -> None:
+        self.lock = threading.Lock()
+        self.left: dict[str, deque[tuple[CellSpec, int]]] = {role: deque() for role in roles}
+
+    def add(self, role: str, spec: CellSpec, replicate: int) -> None:
+        with self.lock:
+            self.left[role].append((spec, replicate))
+
+    def take(self, home: str, started: Collection[str]) -> Task | None:
+        """The next count for a lane whose own side is `home` and which has counting servers
+        of the sides in `started`: its own side's first, else another side's last."""
+        with self.lock:
+            if self.left[home]:
+                return (home, *self.left[home].popleft())
+            others = sorted((r for r in self.left if r != home), key=lambda r: -len(self.left[r]))
+            for role in others:
+                left = self.left[role]
+                if len(left) >= STEAL_AT or (left and role in started):
+                    return (role, *left.pop())
+            return None
 
 
 def count_cells(
@@ -37,66 +80,91 @@ def count_cells(
     """The counting processes of the instructions gate, before the rounds, for every countable
     cell: one a side first, then REPLICATES a side for each cell whose first counts differ by
     more than one count can settle (suite/judge/instructions.py settled_by_one_count; every cell,
-    where no threshold is given). The two sides count at once, one thread each (a count runs on
-    one thread, and instructions do not depend on what else runs). A record already counted (a
-    resumed A/B) stays, and so does a count kept from an earlier run of the same cell on the same
-    build (suite/execute/kept_counts.py), where `keep` is on. `beside` runs at the same time,
-    and what it returns is returned."""
+    where no threshold is given). A record already counted (a resumed A/B) stays, and so does a
+    count kept from an earlier run of the same cell on the same build (suite/execute/
+    kept_counts.py), where `keep` is on. The rest is counted on one lane a side (a count runs on
+    one thread, and instructions do not depend on what else runs); a lane done with its own side
+    helps the other (STEAL_AT), so that both cores count to the end when one side had its counts
+    kept. `beside` runs at the same time, and what it returns is returned."""
     todo = [spec for spec in cells if countable(spec)]
-    kept = _kept(runs, sides, progress) if todo and keep else {}
-    counters = {
-        role: Counter(
-            run.dir,
-            run.options.interpreter,
-            run.worker_env,
-            run.options.launcher,
-            in_container=sides[role].kind == "docker",
-            kept=kept.get(role),
-        )
-        for role, run in runs.items()
-    }
+    method, why = counting_method() if todo else ("callgrind", "")
+    if todo and progress is not None:
+        progress.note(f"counting with {why}")
+    if method == "perf":
+        threshold = None  # a count costs what a plain run does: every cell REPLICATES a side
+    kept = _kept(runs, sides, progress, method) if todo and keep else {}
+    queues = Queues(list(runs))
 
-    def count(role: str, specs: Sequence[CellSpec], replicates: range) -> None:
-        run = runs[role]
-        for spec in specs:
-            for replicate in replicates:
-                if _counted(count_file(run.dir, spec, replicate), spec):
-                    continue
-                if progress is not None:
-                    progress.note(f"counting {spec.cell_id} [{role} c{replicate}]")
-                counters[role].count(spec, run.run_id, replicate)
+    def queue(specs: Sequence[CellSpec], replicates: range) -> None:
+        for role, run in runs.items():
+            for spec in specs:
+                for replicate in replicates:
+                    path = count_file(run.dir, spec, replicate)
+                    if _counted(path, spec):
+                        continue
+                    if role in kept and kept[role].reuse(spec, replicate, path, run.run_id):
+                        if progress is not None:
+                            progress.note(f"kept count of {spec.cell_id} [{role} c{replicate}]")
+                        continue
+                    queues.add(role, spec, replicate)
 
-    # Both passes of a side run on one thread: a side's counting fork server dies with the
-    # thread that started it (the death signal a worker's parent sets is the thread's).
-    first_done = threading.Barrier(len(runs))
+    def second_pass() -> None:
+        queue([spec for spec in todo if not _settled(spec, runs, threshold)], range(1, REPLICATES))
 
-    def count_side(role: str) -> None:
+    queue(todo, range(1))
+    # Each lane counts both passes on its own thread, which its counting servers die with (the
+    # death signal a worker's parent sets is the thread's).
+    first_done = threading.Barrier(len(runs), action=second_pass)
+
+    def lane(number: int, home: str) -> None:
+        counters: dict[str, Counter] = {}
+
+        def counter(role: str) -> Counter:
+            if role not in counters:
+                run = runs[role]
+                counters[role] = Counter(
+                    run.dir, run.options.interpreter, run.worker_env, run.options.launcher,
+                    in_container=sides[role].kind == "docker", kept=kept.get(role),
+                    lane=0 if role == home else number + 1,  # its own server and files
+                    method=method,
+                )  # fmt: skip
+            return counters[role]
+
         try:
-            count(role, todo, range(1))
+            for last in (False, True):
+                while (task := queues.take(home, counters)) is not None:
+                    role, spec, replicate = task
+                    if progress is not None:
+                        extra = "" if role == home else ", a second server"
+                        progress.note(f"counting {spec.cell_id} [{role} c{replicate}{extra}]")
+                    counter(role).count(spec, runs[role].run_id, replicate)
+                if last:
+                    break
+                try:
+                    first_done.wait()
+                except threading.BrokenBarrierError:
+                    return  # another lane failed: its error is the one raised
         except BaseException:
-            first_done.abort()  # the other side stops waiting; this error is raised
+            first_done.abort()  # the other lanes stop waiting; this error is raised
             raise
-        try:
-            first_done.wait()
-        except threading.BrokenBarrierError:
-            return  # the other side failed: its error is the one raised
-        again = [spec for spec in todo if not _settled(spec, runs, threshold)]
-        count(role, again, range(1, REPLICATES))
+        finally:
+            for started in counters.values():
+                started.close(compiled=False)
 
     try:
-        return side_by_side([partial(count_side, role) for role in runs], beside)
+        return side_by_side([partial(lane, n, role) for n, role in enumerate(runs)], beside)
     finally:
-        for counter in counters.values():
-            counter.close()
+        for run in runs.values():
+            shutil.rmtree(run.dir / COUNTS_DIR / ".inductor-cache", ignore_errors=True)
 
 
 def _kept(
-    runs: dict[str, Run], sides: dict[str, PreparedSide], progress: Progress | None
+    runs: dict[str, Run], sides: dict[str, PreparedSide], progress: Progress | None, method: str
 ) -> dict[str, KeptCounts]:
-    setup = counting_setup()
     out = {}
     for role, run in runs.items():
         side = sides[role]
+        setup = counting_setup("callgrind" if side.kind == "docker" else method)
         out[role] = kept_counts(
             run.options.interpreter,
             run.worker_env,

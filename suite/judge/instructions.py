@@ -36,7 +36,8 @@ ONE_COUNT_SHARE = 0.5
 # stays far below any threshold worth setting.
 REPLICATE_SPREAD = 0.005
 MOVED_SHOWN = 10
-LABEL = "instructions, callgrind"
+# The instrument, as the count record names it (suite/worker/counting.py METHODS).
+LABELS = {"callgrind": "instructions, callgrind", "perf": "instructions, the CPU's counter"}
 
 
 def per_step(records: Sequence[Record]) -> list[float]:
@@ -84,7 +85,8 @@ def _label(records: Sequence[Record]) -> str:
     kept = sum(1 for r in records if (r.get("instructions") or {}).get("kept"))
     # Kept from an earlier run of the same cell, build and code (suite/execute/kept_counts.py)
     reused = f"{kept} of {len(records)} counts kept from earlier runs" if kept else None
-    parts = [LABEL, f"{capability} path" if capability else None, f"{threads} thread", at, reused]
+    label = LABELS.get(str(first.get("method") or "callgrind"), "instructions")
+    parts = [label, f"{capability} path" if capability else None, f"{threads} thread", at, reused]
     return ", ".join(p for p in parts if p and not p.startswith("None"))
 
 

@@ -1,4 +1,5 @@
-"""Counting a cell's step in instructions, inside a worker that runs under Valgrind's callgrind.
+"""Counting a cell's step in instructions, inside a worker that runs under Valgrind's callgrind
+(or, where the parent chose it, with the CPU's own counter: suite/worker/hw_counter.py).
 
 The parent (suite/execute/counting.py) starts the worker as `valgrind --tool=callgrind
 --instr-atstart=no --collect-atstart=no … python -m suite.worker cell …` with COUNT_VAR set to
@@ -25,7 +26,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from suite.worker.hw_counter import ThreadInstructions
+
 COUNT_VAR = "TORCH_MATRIX_COUNT_STEPS"
+# What counts: "callgrind" (the worker runs under Valgrind) or "perf" (the CPU's own counter,
+# suite/worker/hw_counter.py, at native speed); the parent picks (suite/execute/counting.py).
+COUNT_WITH_VAR = "TORCH_MATRIX_COUNT_WITH"
+METHODS = ("callgrind", "perf")
 # Warm-up calls outside the count, after the cold one: under Valgrind a call costs ~50x what
 # it does on the CPU, and the count of the call after them is already the steady one.
 WARMUP_CALLS = 1
@@ -130,11 +137,17 @@ def count_steps(fn: Callable[[], Any], sync: Callable[[], None], steps: int) -> 
 
     import torch
 
-    if not under_valgrind():
+    method = os.environ.get(COUNT_WITH_VAR) or "callgrind"
+    hardware: ThreadInstructions | None = None
+    requests: ClientRequests | None = None
+    if method == "perf":
+        hardware = ThreadInstructions()  # CounterUnavailable says why, before any work
+    elif not under_valgrind():
         raise RuntimeError("asked to count, but not running under Valgrind (a wrapper that execs?)")
-    requests = ClientRequests()
-    if not requests.running_on_valgrind():
-        raise RuntimeError("Valgrind did not answer a client request: nothing would be counted")
+    else:
+        requests = ClientRequests()
+        if not requests.running_on_valgrind():
+            raise RuntimeError("Valgrind did not answer a client request: nothing would be counted")
     began = time.perf_counter()
     fn()
     cold = time.perf_counter()
@@ -144,16 +157,28 @@ def count_steps(fn: Callable[[], Any], sync: Callable[[], None], steps: int) -> 
     warm = time.perf_counter()
     gc.collect()
     gc.disable()
-    requests.start()
+    total = None
+    if hardware is not None:
+        hardware.start()
+    elif requests is not None:
+        requests.start()
     try:
         for _ in range(steps):
             fn()
         sync()
     finally:
-        requests.stop()
+        if hardware is not None:
+            total = hardware.stop()
+            hardware.close()
+        elif requests is not None:
+            requests.stop()
         gc.enable()
     counted = time.perf_counter()
+    # Under callgrind the parent reads the count from the profile; the hardware's is here.
+    hardware_count = {} if total is None else {"total": total, "per_step": total / steps}
     return {
+        **hardware_count,
+        "method": method,
         "steps": steps,
         "warmup_calls": 1 + WARMUP_CALLS,
         "threads": torch.get_num_threads(),
