@@ -29,9 +29,11 @@ TIMING = ("latency_p50", "latency_p95", "throughput", "compile_time")
 MOVED = ("fail", "improved")
 
 
-def _timed(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, int, str]:
+def _timed(
+    argv: list[str], env: dict[str, str] | None = None, cwd: Path | None = None
+) -> tuple[float, int, str]:
     began = time.monotonic()
-    proc = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd, check=False)
     return time.monotonic() - began, proc.returncode, proc.stdout + proc.stderr
 
 
@@ -82,9 +84,12 @@ def one_run(args: argparse.Namespace, work: Path, n: int) -> dict[str, Any]:
             if code != 0:
                 raise SystemExit(f"install failed: {' '.join(argv)}\n{said[-2000:]}")
     tm = [str(python), "-m", "suite"]
+    # In the clone, as its user runs it: `python -m suite` elsewhere imports the suite of
+    # whatever folder it starts in.
     ab_s, code, said = _timed(
         [*tm, "ab", "--candidate", args.candidate, "--out", str(out), "--format", "json"],
         _env(cache),
+        cwd=clone,
     )
     decision_path = out / "decision.json"
     if not decision_path.is_file():
@@ -108,6 +113,7 @@ def one_run(args: argparse.Namespace, work: Path, n: int) -> dict[str, Any]:
             [*tm, "ab", "--candidate", args.candidate, "--cell", cell_id, "--rounds",
              str(args.alone_rounds), "--no-count", "--out", str(alone), "--format", "json"],
             _env(cache),
+            cwd=clone,
         )  # fmt: skip
         alone_gate = None
         if (alone / "decision.json").is_file():

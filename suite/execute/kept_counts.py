@@ -134,10 +134,14 @@ class KeptCounts:
         if doc.get("spec_hash") != spec.spec_hash or not counted.get("per_step"):
             return None
         run_dir = path.parent.parent
-        for suffix in BESIDE:
-            kept = folder / f"{RECORD}{suffix}"
-            if kept.is_file():
-                shutil.copyfile(kept, path.with_suffix(suffix))
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            for suffix in BESIDE:
+                kept = folder / f"{RECORD}{suffix}"
+                if kept.is_file():
+                    shutil.copyfile(kept, path.with_suffix(suffix))
+        except OSError:
+            return None  # counted again: a cache that cannot be read never stops a run
         for name, suffix in (("functions", BESIDE[0]), ("profile", BESIDE[1])):
             if counted.get(name):
                 beside = path.with_suffix(suffix)
