@@ -95,18 +95,7 @@ def count_cells(
     kept = _kept(runs, sides, progress, method) if todo and keep else {}
     queues = Queues(list(runs))
 
-    def queue(specs: Sequence[CellSpec], replicates: range) -> None:
-        for role, run in runs.items():
-            for spec in specs:
-                for replicate in replicates:
-                    path = count_file(run.dir, spec, replicate)
-                    if _counted(path, spec):
-                        continue
-                    if role in kept and kept[role].reuse(spec, replicate, path, run.run_id):
-                        if progress is not None:
-                            progress.note(f"kept count of {spec.cell_id} [{role} c{replicate}]")
-                        continue
-                    queues.add(role, spec, replicate)
+    queue = partial(_queue, queues, runs, kept, progress)
 
     def second_pass() -> None:
         queue([spec for spec in todo if not _settled(spec, runs, threshold)], range(1, REPLICATES))
@@ -116,46 +105,90 @@ def count_cells(
     # death signal a worker's parent sets is the thread's).
     first_done = threading.Barrier(len(runs), action=second_pass)
 
-    def lane(number: int, home: str) -> None:
-        counters: dict[str, Counter] = {}
-
-        def counter(role: str) -> Counter:
-            if role not in counters:
-                run = runs[role]
-                counters[role] = Counter(
-                    run.dir, run.options.interpreter, run.worker_env, run.options.launcher,
-                    in_container=sides[role].kind == "docker", kept=kept.get(role),
-                    lane=0 if role == home else number + 1,  # its own server and files
-                    method=method,
-                )  # fmt: skip
-            return counters[role]
-
-        try:
-            for last in (False, True):
-                while (task := queues.take(home, counters)) is not None:
-                    role, spec, replicate = task
-                    if progress is not None:
-                        extra = "" if role == home else ", a second server"
-                        progress.note(f"counting {spec.cell_id} [{role} c{replicate}{extra}]")
-                    counter(role).count(spec, runs[role].run_id, replicate)
-                if last:
-                    break
-                try:
-                    first_done.wait()
-                except threading.BrokenBarrierError:
-                    return  # another lane failed: its error is the one raised
-        except BaseException:
-            first_done.abort()  # the other lanes stop waiting; this error is raised
-            raise
-        finally:
-            for started in counters.values():
-                started.close(compiled=False)
-
     try:
-        return side_by_side([partial(lane, n, role) for n, role in enumerate(runs)], beside)
+        lanes = [
+            partial(_lane, n, role, queues, runs, sides, kept, method, progress, first_done)
+            for n, role in enumerate(runs)
+        ]
+        return side_by_side(lanes, beside)
     finally:
         for run in runs.values():
             shutil.rmtree(run.dir / COUNTS_DIR / ".inductor-cache", ignore_errors=True)
+
+
+def _lane(
+    number: int,
+    home: str,
+    queues: Queues,
+    runs: dict[str, Run],
+    sides: dict[str, PreparedSide],
+    kept: dict[str, KeptCounts],
+    method: str,
+    progress: Progress | None,
+    first_done: threading.Barrier,
+) -> None:
+    """One lane: its own side's counts first, then the other side's where STEAL_AT allows; the
+    first pass, the barrier (whose action queues the second), the second pass."""
+    counters: dict[str, Counter] = {}
+
+    def counter(role: str) -> Counter:
+        if role not in counters:
+            # A second server of another side has its own files (lane).
+            lane_no = 0 if role == home else number + 1
+            counters[role] = _counter(runs[role], sides[role], kept.get(role), lane_no, method)
+        return counters[role]
+
+    try:
+        for last in (False, True):
+            while (task := queues.take(home, counters)) is not None:
+                role, spec, replicate = task
+                if progress is not None:
+                    extra = "" if role == home else ", a second server"
+                    progress.note(f"counting {spec.cell_id} [{role} c{replicate}{extra}]")
+                counter(role).count(spec, runs[role].run_id, replicate)
+            if last:
+                break
+            try:
+                first_done.wait()
+            except threading.BrokenBarrierError:
+                return  # another lane failed: its error is the one raised
+    except BaseException:
+        first_done.abort()  # the other lanes stop waiting; this error is raised
+        raise
+    finally:
+        for started in counters.values():
+            started.close(compiled=False)
+
+
+def _queue(
+    queues: Queues,
+    runs: dict[str, Run],
+    kept: dict[str, KeptCounts],
+    progress: Progress | None,
+    specs: Sequence[CellSpec],
+    replicates: range,
+) -> None:
+    """Queue each count not yet in the run, nor kept from an earlier run (then copied in)."""
+    for role, run in runs.items():
+        for spec in specs:
+            for replicate in replicates:
+                path = count_file(run.dir, spec, replicate)
+                if _counted(path, spec):
+                    continue
+                if role in kept and kept[role].reuse(spec, replicate, path, run.run_id):
+                    if progress is not None:
+                        progress.note(f"kept count of {spec.cell_id} [{role} c{replicate}]")
+                    continue
+                queues.add(role, spec, replicate)
+
+
+def _counter(
+    run: Run, side: PreparedSide, kept: KeptCounts | None, lane: int, method: str
+) -> Counter:
+    return Counter(
+        run.dir, run.options.interpreter, run.worker_env, run.options.launcher,
+        in_container=side.kind == "docker", kept=kept, lane=lane, method=method,
+    )  # fmt: skip
 
 
 def _kept(
