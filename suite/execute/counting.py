@@ -197,10 +197,6 @@ class Counter:
         profile = path.with_suffix(".callgrind")
         log = self.run_dir / "logs" / f"{path.stem}.log"
         started = utc_now()
-        if self.kept is not None:
-            reused = self.kept.reuse(spec, replicate, path, run_id)
-            if reused is not None:
-                return reused
         if self.method == "callgrind" and not self.in_container and valgrind() is None:
             message = f"Valgrind is not here: {INSTALL_HINT}"
             return _failed(spec, run_id, replicate, path, started, message)
