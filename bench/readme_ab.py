@@ -6,12 +6,16 @@ decision, and for every timing fail or improvement it reports, the same cell A/B
 
     python bench/readme_ab.py [--runs 3] [--candidate torch==2.14.1] [--baseline-torch 2.13.0]
         [--repo .] [--work DIR] [--alone-rounds 8] [--json PATH] [--again]
+        [--plant [--plant-fraction 0.03]]
 
 `--again` makes the runs after the first the same user's next command: the first run's clone,
 environment and cache (its venvs and kept counts), not fresh ones.
 
-`--candidate torch==2.13.0` makes it an A/A of the whole built-in matrix. Run it alone, on a
-quiet machine: anything beside it is background load, and the figures then measure that.
+`--candidate torch==2.13.0` makes it an A/A of the whole built-in matrix. `--plant` makes the
+candidate the baseline's own environment with a CPU cost planted in one cell (bench/plant/, the
+share in --plant-fraction): everything else is an A/A, and the run says whether the planted cell
+was caught and by which gates. Run it alone, on a quiet machine: anything beside it is background
+load, and the figures then measure that.
 """
 
 from __future__ import annotations
@@ -27,6 +31,31 @@ from typing import Any
 
 TIMING = ("latency_p50", "latency_p95", "throughput", "compile_time")
 MOVED = ("fail", "improved")
+PLANT = Path(__file__).resolve().parent / "plant"
+PLANTED_CELL = "sdpa.none.fp32.fwd.s256@cpu"  # the inputs bench/plant/sitecustomize.py plants in
+
+
+def _planted_side(python: Path, work: Path, fraction: float) -> Path:
+    """A wrapper that starts the baseline's Python with the plant first on PYTHONPATH."""
+    work.mkdir(parents=True, exist_ok=True)
+    wrapper = work / "python"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f'export PYTHONPATH="{PLANT}${{PYTHONPATH:+:$PYTHONPATH}}"\n'
+        f"export TORCH_MATRIX_PLANT_FRACTION={fraction}\n"
+        f'exec "{python}" "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+def _caught(decision: dict[str, Any]) -> dict[str, Any]:
+    """What the A/B said of the planted cell: every gate that moved, with its message."""
+    for cell in decision["cells"]:
+        if cell["cell_id"] == PLANTED_CELL:
+            moved = {g["gate"]: g["message"] for g in cell["gates"] if g["verdict"] in MOVED}
+            return {"cell": PLANTED_CELL, "caught": bool(moved), "by": moved}
+    return {"cell": PLANTED_CELL, "caught": False, "by": {}, "missing": True}
 
 
 def _timed(
@@ -84,10 +113,13 @@ def one_run(args: argparse.Namespace, work: Path, n: int) -> dict[str, Any]:
             if code != 0:
                 raise SystemExit(f"install failed: {' '.join(argv)}\n{said[-2000:]}")
     tm = [str(python), "-m", "suite"]
+    candidate = args.candidate
+    if args.plant:
+        candidate = str(_planted_side(python, work / f"planted-{setup}", args.plant_fraction))
     # In the clone, as its user runs it: `python -m suite` elsewhere imports the suite of
     # whatever folder it starts in.
     ab_s, code, said = _timed(
-        [*tm, "ab", "--candidate", args.candidate, "--out", str(out), "--format", "json"],
+        [*tm, "ab", "--candidate", candidate, "--out", str(out), "--format", "json"],
         _env(cache),
         cwd=clone,
     )
@@ -107,10 +139,12 @@ def one_run(args: argparse.Namespace, work: Path, n: int) -> dict[str, Any]:
         "kept": _kept(out),
         "fails": [],
     }
+    if args.plant:
+        result["plant"] = {**_caught(decision), "fraction": args.plant_fraction}
     for cell_id, gate, message in _fails(decision):
         alone = work / f"alone-{n}-{cell_id}"
         _, _, _ = _timed(
-            [*tm, "ab", "--candidate", args.candidate, "--cell", cell_id, "--rounds",
+            [*tm, "ab", "--candidate", candidate, "--cell", cell_id, "--rounds",
              str(args.alone_rounds), "--no-count", "--out", str(alone), "--format", "json"],
             _env(cache),
             cwd=clone,
@@ -144,6 +178,8 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=None)
     parser.add_argument("--alone-rounds", type=int, default=8)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--plant", action="store_true", help=f"plant a CPU cost in {PLANTED_CELL}")
+    parser.add_argument("--plant-fraction", type=float, default=0.03)
     parser.add_argument(
         "--again", action="store_true", help="runs after the first reuse its clone, env, cache"
     )
@@ -169,6 +205,11 @@ def main() -> None:
             print(f"    alone ({fail['alone_verdict']}): {fail['alone']}", flush=True)
         if not result["fails"]:
             print("  no timing fail or improvement", flush=True)
+        if "plant" in result:
+            plant = result["plant"]
+            print(f"  planted cell {plant['cell']}: caught {plant['caught']}", flush=True)
+            for gate, message in plant["by"].items():
+                print(f"    {gate}: {message}", flush=True)
     decisions = sorted({r["decision"] for r in results})
     print(f"decisions: {', '.join(r['decision'] for r in results)} (same each time: "
           f"{len(decisions) == 1}); work in {work}")  # fmt: skip
