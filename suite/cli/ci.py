@@ -103,6 +103,7 @@ def pins_command(
     from suite.pins.assess import Tree, assess, pin_file_kind, tree_at_ref, tree_of
     from suite.pins.record import pins_record
     from suite.pins.scan import git_changes, text_changes
+    from suite.untrusted.shown import shown
 
     named = parse_hosts(" ".join(index_hosts), option="--index-hosts")
     if base and head and not (base_file or head_file):
@@ -128,11 +129,13 @@ def pins_command(
         )
     record = pins_record(result, named)
     outputs = {k: _output_value(v) for k, v in record.items()}
+    # Names the head chose, space-separated for a shell: each escaped to one printable word.
+    outputs["files"] = " ".join(shown(f).replace(" ", "\\x20") for f in record.get("files", []))
     if "index_notes" in record:
         outputs["index_notes"] = "\n".join(record["index_notes"])
     write_github_output(outputs)
     for note in record.get("index_notes", []):
-        click.echo(f"warning: {note}", err=True)
+        click.echo(f"warning: {shown(note)}", err=True)
     click.echo(json.dumps(record) if as_json else record["message"])
 
 

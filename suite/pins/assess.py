@@ -30,10 +30,12 @@ from suite.core.errors import InputError
 from suite.pins.environments import EnvironmentMove, agreed, environments, moved_environments
 from suite.pins.files import Pin, pin_file_kind, pins_in_file
 from suite.pins.formats import TRACKED, Unreadable
-from suite.pins.refs import GIT_TIMEOUT_S, MAX_FILE_BYTES, files_at_ref, tree_at_ref
+from suite.pins.refs import MAX_FILE_BYTES, files_at_ref, tree_at_ref
 from suite.pins.scan import Changed, texts_changes, unexplained
 from suite.pins.scan import reason as scan_reason
 from suite.pins.tree import Tree, tree_of
+from suite.untrusted.git import GIT_TIMEOUT_S
+from suite.untrusted.shown import shown
 
 __all__ = [
     "GIT_TIMEOUT_S",
@@ -94,9 +96,10 @@ class Assessment:
 
     @property
     def message(self) -> str:
-        where = ", ".join(self.files)
+        # File names are the head's to choose: shown() makes each one printable line.
+        where = ", ".join(shown(f) for f in self.files)
         if self.status == "unknown":
-            why = "; ".join(f"{u.file} ({u.side}): {u.reason}" for u in self.unknown)
+            why = "; ".join(f"{shown(u.file)} ({u.side}): {u.reason}" for u in self.unknown)
             text = f"torch pin unknown: {why}"
         elif self.status == "unchanged":
             text = "no torch change"

@@ -9,17 +9,16 @@ so: pip would read something this tree does not hold.
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from suite.core.errors import EnvironmentProblem, InputError
+from suite.core.errors import InputError
 from suite.pins.files import pin_file_kind
 from suite.pins.includes import Blob
 from suite.pins.tree import Tree, build_tree
+from suite.untrusted.git import run_git
 
-GIT_TIMEOUT_S = 60.0
 # Lock files of large projects run to megabytes; a pin-bearing file above this is not read,
 # and when it changed the answer is `unknown`.
 MAX_FILE_BYTES = 32 << 20
@@ -41,18 +40,7 @@ class _LinkProblem(Exception):
 
 
 def _git(repo: Path, args: Sequence[str], ref: str) -> bytes:
-    argv = ["git", "-C", str(repo), *args]
-    try:
-        proc = subprocess.run(argv, capture_output=True, timeout=GIT_TIMEOUT_S, check=False)
-    except FileNotFoundError:
-        raise EnvironmentProblem("git is not installed (needed to read --base/--head)") from None
-    except subprocess.TimeoutExpired:
-        why = f"git {args[0]} timed out after {GIT_TIMEOUT_S:.0f}s"
-        raise InputError(f"cannot read git ref {ref!r}: {why}", file=str(repo)) from None
-    if proc.returncode != 0:
-        why = proc.stderr.decode("utf-8", "replace").strip() or f"git exited {proc.returncode}"
-        raise InputError(f"cannot read git ref {ref!r}: {why}", file=str(repo))
-    return proc.stdout
+    return run_git(repo, args, f"git ref {ref!r}")
 
 
 def _entries(listing: bytes) -> dict[str, _Entry]:

@@ -27,17 +27,14 @@ from __future__ import annotations
 
 import difflib
 import re
-import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from suite.core.errors import EnvironmentProblem, InputError
 from suite.pins.files import pin_file_kind
 from suite.pins.requirement import Pin
+from suite.untrusted.git import read_change
 
-GIT_TIMEOUT_S = 60.0
-MAX_DIFF_BYTES = 64 << 20
 SHOWN = 120  # characters of a line quoted in a reason
 
 # Formats whose reader reads the whole file by its structure (a line of a lock names no package).
@@ -109,10 +106,21 @@ def scanned(path: str) -> bool:
     return not PurePosixPath(path).name.lower().endswith(DOC_SUFFIXES)
 
 
+def _lines(text: str | None) -> list[str]:
+    """A file's lines as a shell, pip or Docker reads them: split at a newline only (a carriage
+    return before it dropped), so that line numbers are the tools' and git's."""
+    if not text:
+        return []
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line.removesuffix("\r") for line in lines]
+
+
 def text_changes(path: str, old: str | None, new: str | None) -> list[Changed]:
     """The lines one file's change removes and adds, by difflib (texts held in memory)."""
-    a = (old or "").splitlines()
-    b = (new or "").splitlines()
+    a = _lines(old)
+    b = _lines(new)
     out: list[Changed] = []
     matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
@@ -132,61 +140,22 @@ def texts_changes(base: Mapping[str, str], head: Mapping[str, str]) -> list[Chan
     return out
 
 
-_HUNK = re.compile(rb"^@@ -(\d+)(?:,\d+)? \+(\d+)(?:,\d+)? @@")
-
-
 def git_changes(repo: Path, base: str, head: str) -> tuple[list[Changed], str | None]:
-    """The changed lines between two refs (`git diff -U0`, binary files left out), and why the
-    change could not be scanned (None when it was)."""
-    argv = [
-        "git", "-C", str(repo), "-c", "core.quotePath=false", "diff", "--no-color",
-        "--no-ext-diff", "--no-textconv", "--no-renames", "-U0", base, head, "--",
-    ]  # fmt: skip
-    try:
-        proc = subprocess.run(argv, capture_output=True, timeout=GIT_TIMEOUT_S, check=False)
-    except FileNotFoundError:
-        raise EnvironmentProblem("git is not installed (needed to read --base/--head)") from None
-    except subprocess.TimeoutExpired:
-        return [], f"git diff took more than {GIT_TIMEOUT_S:.0f}s: the change was not scanned"
-    if proc.returncode != 0:
-        why = proc.stderr.decode("utf-8", "replace").strip() or f"git exited {proc.returncode}"
-        raise InputError(f"cannot diff {base!r} and {head!r}: {why}", file=str(repo))
-    if len(proc.stdout) > MAX_DIFF_BYTES:
-        return [], f"the diff is above {MAX_DIFF_BYTES >> 20} MiB: the change was not scanned"
-    return list(_parse_diff(proc.stdout.splitlines())), None
+    """The changed lines between two commits, and why the change could not be scanned (None
+    when it was). The files and their contents come through suite/untrusted/git.py, never from
+    `git diff`, which a head's .gitattributes steers (`* -diff` hid every line); every file is
+    read as text, a binary one included: a NUL byte does not stop a shell script."""
+    change = read_change(repo, base, head)
+    if change.unread is not None:
+        return [], change.unread
+    out: list[Changed] = []
+    for changed, old, new in change.files:
+        out += text_changes(changed.path, _text(old), _text(new))
+    return out, None
 
 
-def _parse_diff(lines: Iterable[bytes]) -> Iterable[Changed]:
-    """Changed lines from `git diff -U0`: a removed line by the path it had (a deleted file's
-    lines count, under its old path), an added line by the path it has."""
-    old_path: str | None = None
-    new_path: str | None = None
-    old = new = 0
-    for raw in lines:
-        if raw.startswith(b"diff --git "):
-            old_path = new_path = None
-        elif raw.startswith(b"--- ") and old_path is None and new_path is None:
-            old_path = _side_path(raw[4:], b"a/")
-        elif raw.startswith(b"+++ ") and new_path is None:
-            new_path = _side_path(raw[4:], b"b/") or ""
-        elif raw.startswith(b"@@"):
-            found = _HUNK.match(raw)
-            if found:
-                old, new = int(found[1]), int(found[2])
-        elif raw.startswith(b"-") and old_path:
-            text = raw[1:].decode("utf-8", "replace")
-            yield Changed(old_path, "base", old, text, new_path == "")
-            old += 1
-        elif raw.startswith(b"+") and new_path:
-            yield Changed(new_path, "head", new, raw[1:].decode("utf-8", "replace"))
-            new += 1
-
-
-def _side_path(name: bytes, prefix: bytes) -> str | None:
-    """A diff header's path (a/x or b/x); None for /dev/null."""
-    return (
-        name[len(prefix) :].decode("utf-8", "surrogateescape") if name.startswith(prefix) else None
-    )
+def _text(content: bytes | None) -> str | None:
+    return None if content is None else content.decode("utf-8", "replace")
 
 
 def _versions(pins: Iterable[Pin]) -> set[tuple[int, ...]]:

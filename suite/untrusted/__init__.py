@@ -1,0 +1,12 @@
+"""The one room where a pull request's bytes enter the suite. Everything the head holds is
+data here: it is read with tools that take no instruction from it, bounded, validated, and
+handed out as typed records; nothing in this package imports, executes or evaluates it.
+
+The ways head content enters, each a module:
+- `git`: the head's commits. Which files changed and their contents, by object id, with git
+  run so that nothing in the tree it reads steers it (no attributes, textconv or external
+  diff; names NUL-separated, never quoted or dropped), under a per-file, total and file-count
+  cap; what cannot be read makes the answer unknown. suite/pins reads both sides through it.
+- `shown`: any head-chosen text (a file name, a line) on its way to a log or a workflow
+  command: escaped so that it is one line that GitHub never reads as a command.
+"""
