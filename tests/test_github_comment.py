@@ -496,7 +496,10 @@ def test_the_comment_names_the_events_head_and_refuses_another_heads_decision(
     for source, expected in (
         ({"head_sha": HEAD_A}, f"the decision is of head {HEAD_A}, not of the run's head {HEAD_B}"),
         ({}, "the decision names no head (source.head_sha)"),
-        (hostile, "the decision is of head a value that is not a commit SHA"),
+        (hostile, "the decision is of head a value that is not a full commit SHA"),
+        # A prefix of the run's head matched it once (same_commit prefix-matched).
+        ({"head_sha": HEAD_B[:1]}, "the decision is of head a value that is not a full commit"),
+        ({"head_sha": HEAD_B[:7]}, "the decision is of head a value that is not a full commit"),
     ):
         code, text = run_cli(fake, tmp_path, *args, source=source)
         assert code == 2 and expected in text and "refusing to post it" in text, text
@@ -507,7 +510,7 @@ def test_the_comment_names_the_events_head_and_refuses_another_heads_decision(
     (posted,) = fake.comments(REPO, PR)
     assert posted["body"].split("\n")[1] == stamp(T1, HEAD_B)
     code, text = run_cli(fake, tmp_path, *args[:-1], "not-a-sha", source={"head_sha": HEAD_B})
-    assert code == 2 and "head must be a commit SHA" in text
+    assert code == 2 and "head must be a full commit SHA" in text
 
 
 def test_author_names_the_app_bot_whose_comments_are_ours(tmp_path: Path) -> None:

@@ -38,6 +38,7 @@ _REPO = re.compile(r"([A-Za-z0-9_.-]{1,100})/([A-Za-z0-9_.-]{1,100})")
 _PR = re.compile(r"#?([1-9][0-9]{0,9})")
 STICKY_PREFIX = "<!-- torch-matrix:sticky "
 COMMIT_SHA = re.compile(r"[0-9A-Fa-f]{7,64}")  # whole or abbreviated
+FULL_SHA = re.compile(r"[0-9A-Fa-f]{40}|[0-9A-Fa-f]{64}")  # SHA-1 or SHA-256
 # An app's account: its slug and "[bot]"; a person's login can hold no brackets.
 _BOT_LOGIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,99}\[bot\]")
 ACTIONS_BOT = "github-actions[bot]"
@@ -81,9 +82,11 @@ def parse_bot(text: str, *, option: str = "author") -> str:
 
 
 def same_commit(one: str, other: str) -> bool:
-    """Whether two SHAs, either perhaps abbreviated, name one commit."""
-    one, other = one.lower(), other.lower()
-    return one.startswith(other) or other.startswith(one)
+    """Whether two full SHAs name one commit. An abbreviated one never matches: the text may be
+    an artifact's (the pull request's data), and a prefix ("a") would match any head."""
+    return (
+        bool(FULL_SHA.fullmatch(one) and FULL_SHA.fullmatch(other)) and one.lower() == other.lower()
+    )
 
 
 def marker(name: str) -> str:
@@ -171,8 +174,8 @@ def decided_head(decision: DecisionRecord, head_sha: str) -> str:
     An artifact is the pull request's data: one that names another head, or none, is another
     run's decision (or a stale file) and is refused, never posted as this head's.
     """
-    if not COMMIT_SHA.fullmatch(head_sha):
-        raise InputError(f"head must be a commit SHA, got {head_sha!r}", path="head_sha")
+    if not FULL_SHA.fullmatch(head_sha):
+        raise InputError(f"head must be a full commit SHA, got {head_sha!r}", path="head_sha")
     decided = str((decision.get("source") or {}).get("head_sha") or "")
     if not decided:
         raise InputError(
@@ -182,7 +185,7 @@ def decided_head(decision: DecisionRecord, head_sha: str) -> str:
         )
     if not same_commit(decided, head_sha):
         # The artifact's value is shown only when it is a SHA: it is untrusted text.
-        theirs = decided if COMMIT_SHA.fullmatch(decided) else "a value that is not a commit SHA"
+        theirs = decided if FULL_SHA.fullmatch(decided) else "a value that is not a full commit SHA"
         raise InputError(
             f"the decision is of head {theirs}, not of the run's head {head_sha}: it is "
             "another head's decision; refusing to post it",
