@@ -151,17 +151,20 @@ def aggregate(
     failed, was cancelled or timed out, or a cell missing from a job's results, is untested
     with the reason, and never adopt."""
     from suite.flows.accounting import load_plan
-    from suite.flows.aggregate import Planned, job_dirs
+    from suite.flows.aggregate import Planned
     from suite.flows.aggregate import aggregate as join
     from suite.judge.policy import load_policy
+    from suite.untrusted.artifacts import job_folders
 
     with step_outputs_on_error(github_step, out):
         policy = load_policy(policy_file, policy_profile)
         planned = None
         if plan_file is not None:
             planned = Planned(load_plan(plan_file), jobs_result, pins or ("unknown", "unknown"))
-        found = job_dirs(roots, required=planned is None)
-        decision = join(found, policy, notes=notes, planned=planned)
+        found = job_folders(roots, required=planned is None)
+        decision = join(
+            found.jobs, policy, notes=notes, planned=planned, strays=found.stray_lines()
+        )
         source: Source = {}  # what the report's first lines name: commits and run
         if base_sha:
             source["base_sha"] = base_sha

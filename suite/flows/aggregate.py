@@ -17,7 +17,6 @@ from suite.core.decision_records import (
     RollbackRecord,
     SideEvidence,
 )
-from suite.core.errors import InputError
 from suite.core.loaded import LoadedRun
 from suite.core.records import Role
 from suite.flows.accounting import PlannedJob, account, unplanned_jobs
@@ -26,25 +25,6 @@ from suite.judge.decision import SHORTFALL, decision_record
 from suite.judge.models import MODELS_LINE
 from suite.judge.policy import Policy
 from suite.judge.rollback import judge_rollback
-
-
-def job_dirs(roots: Sequence[Path], *, required: bool = True) -> list[Path]:
-    """Every folder below the roots that holds both baseline/run.json and candidate/run.json.
-    required: none found is an error (without a plan, nothing would be judged)."""
-    found: list[Path] = []
-    for root in roots:
-        if not root.exists():
-            raise InputError("no such folder", file=str(root))
-        for run in sorted(root.rglob("baseline/run.json")):
-            job = run.parent.parent
-            if (job / "candidate" / "run.json").is_file() and job not in found:
-                found.append(job)
-    if not found and required:
-        raise InputError(
-            "holds no job results (baseline/run.json beside candidate/run.json)",
-            file=", ".join(map(str, roots)),
-        )
-    return found
 
 
 def job_name(job: Path) -> str:
@@ -71,7 +51,11 @@ def aggregate(
     *,
     notes: Sequence[str] = (),
     planned: Planned | None = None,
+    strays: Sequence[str] = (),
 ) -> DecisionRecord:
+    """strays: lines naming results found outside a job's artifact root
+    (suite/untrusted/artifacts.py); they hold the decision at defer, as a job that never
+    reported does."""
     if planned is not None:
         stray = unplanned_jobs(planned.jobs, [job_name(j) for j in jobs])
         notes = [
@@ -115,7 +99,7 @@ def aggregate(
         mismatches=sorted({m for d in decisions for m in d["policy"]["mismatches"]}),
         notes=notes,
         rollback={**worst, "jobs": rollbacks} if worst is not None else None,
-        unreported=unreported,
+        unreported=[*strays, *unreported],
         packages=_packages(decisions),
         lead=list(
             dict.fromkeys(r for d in decisions for r in d["reasons"] if r.startswith(SHORTFALL))

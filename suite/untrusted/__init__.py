@@ -7,6 +7,9 @@ The ways head content enters, each a module:
   run so that nothing in the tree it reads steers it (no attributes, textconv or external
   diff; names NUL-separated, never quoted or dropped), under a per-file, total and file-count
   cap; what cannot be read makes the answer unknown. suite/pins reads both sides through it.
+- `artifacts`: the bench jobs' uploaded results, which candidate-side code could write into.
+  A job's results are only its artifact's root; a run.json or decision.json anywhere else, or
+  a link, is a stray: named, never judged, and the decision is at least defer.
 - `shown`: any head-chosen text (a file name, a line) on its way to a log or a workflow
   command: escaped so that it is one line that GitHub never reads as a command.
 """
