@@ -250,6 +250,10 @@ def test_plan_names_the_cells_a_pull_requests_matrix_adds_and_removes(
     assert "adds 1 cell, which run once it merges: sdpa.causal.bf16" in note
     head_file.write_text("version: 1\nworkloads: [{workload: nope}]\n")
     result = CliRunner().invoke(plan_command, argv, catch_exceptions=False)
+    assert result.exit_code == 0, result.stderr
+    assert "names 1 workload(s) new in it, not imported and not run: nope" in out.read_text()
+    head_file.write_text("version: 1\nworkloads: 3\n")
+    result = CliRunner().invoke(plan_command, argv, catch_exceptions=False)
     assert result.exit_code == 0, result.stderr  # the head's broken matrix does not stop it
     assert "which does not load there" in out.read_text()
 

@@ -330,23 +330,43 @@ def _matrix_changes(
     backends: Sequence[str],
     size: str | None,
 ) -> str:
-    """plan's matrix_note: the cells the pull request's own matrix adds and removes."""
-    from suite.cli.options import checked_select
+    """plan's matrix_note: the cells the pull request's own matrix adds and removes. The head's
+    matrix is read as YAML only: its cells are expanded with the base branch's code for the
+    workloads the base's matrix or the built-ins name, and a workload only the head names (its
+    code is the pull request's, at any path it chose) is never imported: it is named as new in
+    the pull request, not run."""
+    from dataclasses import replace
+
     from suite.flows.plan import matrix_change_note
+    from suite.untrusted.shown import shown
+    from suite.workloads import BUILTINS
+    from suite.workloads.matrix import expand, load_matrix, select
 
     if head_matrix is None:
         return ""
-    where = str(matrix_file or "the built-in matrix")
+    where = shown(str(matrix_file or "the built-in matrix"))
     try:
-        _, head_cells, _ = checked_select(head_matrix, workloads, backends, (), size)
+        head = load_matrix(head_matrix)
+        known = {e.ref for e in load_matrix(matrix_file).entries} | set(BUILTINS)
+        new = sorted({e.ref for e in head.entries if e.ref not in known})
+        ours = replace(head, entries=[e for e in head.entries if e.ref in known])
+        head_cells = expand(select(ours, workloads, backends, size))[0] if ours.entries else []
     except InputError as exc:
         return (
-            f"this pull request changes {where}, which does not load there ({exc}); "
+            f"this pull request changes {where}, which does not load there ({shown(str(exc))}); "
             "the base branch's matrix ran"
         )
     base_ids = [c.cell_id for c in cells]
     head_ids = [c.cell_id for c in head_cells if c.backend in backends]
-    return matrix_change_note(base_ids, head_ids, where)
+    note = matrix_change_note(base_ids, head_ids, where)
+    if new:
+        named = ", ".join(shown(ref) for ref in new[:5]) + (" …" if len(new) > 5 else "")
+        said = (
+            f"this pull request's matrix names {len(new)} workload(s) new in it, not imported "
+            f"and not run: {named}"
+        )
+        note = f"{note}. {said}" if note else said
+    return note
 
 
 def _runners(text: str | None) -> dict[str, list[str]]:

@@ -10,6 +10,8 @@ The ways head content enters, each a module:
 - `artifacts`: the bench jobs' uploaded results, which candidate-side code could write into.
   A job's results are only its artifact's root; a run.json or decision.json anywhere else, or
   a link, is a stray: named, never judged, and the decision is at least defer.
+- The head's matrix (`plan --head-matrix`, suite/cli/ci.py) is read as YAML only, never
+  imported: a workload only it names is named as new and not run.
 - `shown`: any head-chosen text (a file name, a line) on its way to a log or a workflow
   command: escaped so that it is one line that GitHub never reads as a command.
 """
