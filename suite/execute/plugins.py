@@ -34,6 +34,15 @@ def user_refs(refs: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(r for r in refs if r not in BUILTINS))
 
 
+# The child's start: the suite from its own folder first, the current directory (where a
+# `module:object` plugin may live) last. `python -m suite.worker.plugins` put the current
+# directory first: in a checkout holding a `suite/` folder, that folder's code ran instead.
+_BOOT = (
+    "import sys; src = sys.argv.pop(1); sys.path[:] = [src, *(p for p in sys.path if p), ''];"
+    " from suite.worker.plugins import main; sys.exit(main())"
+)
+
+
 def _limits() -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (OUTPUT_CAP_BYTES, OUTPUT_CAP_BYTES))
 
@@ -55,7 +64,7 @@ def check_plugins(
     env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH", "")) if p)
     with tempfile.TemporaryDirectory(prefix="torch-matrix-plugins-") as tmp:
         out, log = Path(tmp) / "result.json", Path(tmp) / "output.log"
-        argv = [interpreter, "-m", "suite.worker.plugins", "--out", str(out), *wanted]
+        argv = [interpreter, "-c", _BOOT, src, "--out", str(out), *wanted]
         with open(log, "wb") as fh:
             proc = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT, env=env,
