@@ -22,6 +22,9 @@ from suite.untrusted.git import run_git
 # Lock files of large projects run to megabytes; a pin-bearing file above this is not read,
 # and when it changed the answer is `unknown`.
 MAX_FILE_BYTES = 32 << 20
+# And all of one ref's pin files together: a head of many large pin files is read this far, and
+# a file past it is not read (unknown when it changed), never a memory or time sink.
+MAX_TOTAL_BYTES = 256 << 20
 # As many links as Linux follows in one path before it answers ELOOP.
 MAX_SYMLINKS = 40
 _LINK_MODE = "120000"
@@ -60,6 +63,7 @@ class _RefReader:
     def __init__(self, repo: Path, ref: str, entries: dict[str, _Entry]) -> None:
         self._repo, self._ref, self._entries = repo, ref, entries
         self._blobs: dict[str, bytes] = {}
+        self._read = 0
 
     def _blob(self, obj: str) -> bytes:
         if obj not in self._blobs:
@@ -109,6 +113,11 @@ class _RefReader:
         if entry.size is not None and entry.size > MAX_FILE_BYTES:
             why = f"{entry.size >> 20} MiB, above the {MAX_FILE_BYTES >> 20} MiB read limit"
             return Blob(entry.obj, None, why)
+        if entry.obj not in self._blobs:
+            self._read += entry.size or 0
+            if self._read > MAX_TOTAL_BYTES:
+                why = f"past the {MAX_TOTAL_BYTES >> 20} MiB read for all pin files of one ref"
+                return Blob(entry.obj, None, why)
         text = self._blob(entry.obj).decode("utf-8-sig", "replace")
         return Blob(entry.obj, text, real=real if linked else None)
 

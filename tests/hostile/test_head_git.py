@@ -230,3 +230,19 @@ def test_a_submodule_moved_is_read_as_git_shows_it(tmp_path: Path) -> None:
     result = CliRunner().invoke(pins_command, argv, catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["status"] == "unchanged"
+
+
+def test_many_pin_files_are_read_to_a_total_cap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pin files are capped one by one and all together: past the total, a changed pin file is
+    not read and the answer is unknown, naming it."""
+    import suite.pins.refs as refs
+
+    monkeypatch.setattr(refs, "MAX_TOTAL_BYTES", 300)
+    filler = b"# " + b"x" * 100 + b"\nnumpy==2.1.0\n"
+    head = {f"requirements-{i}.txt".encode(): filler + b"# %d\n" % i for i in range(4)}
+    head[b"requirements-z.txt"] = b"torch==2.99.0\n"
+    record = _pins(tmp_path, {b"keep": b"k\n"}, {b"keep": b"k\n", **head})
+    assert record["status"] == "unknown", record
+    assert "read for all pin files of one ref" in str(record["message"])
