@@ -1,12 +1,14 @@
-"""The one room where a pull request's bytes enter the suite. Everything the head holds is
-data here: it is read with tools that take no instruction from it, bounded, validated, and
-handed out as typed records; nothing in this package imports, executes or evaluates it.
+"""The room where a pull request's bytes enter the suite. What the head holds is data here: read
+with tools that take no instruction from it, bounded, validated, and handed out as typed
+records; nothing in this package imports, executes or evaluates it.
 
-The ways head content enters, each a module:
+The ways head content enters, and where:
 - `git`: the head's commits. Which files changed and their contents, by object id, with git
   run so that nothing in the tree it reads steers it (no attributes, textconv or external
   diff; names NUL-separated, never quoted or dropped), under a per-file, total and file-count
-  cap; what cannot be read makes the answer unknown. suite/pins reads both sides through it.
+  cap; what cannot be read makes the answer unknown. The pin scan (suite/pins/scan.py) and the
+  pin readers (suite/pins/refs.py: each ref's pin files, capped per file and in total) read
+  through it.
 - `artifacts`: the bench jobs' uploaded results, which candidate-side code could write into.
   A job's results are only its artifact's root; a run.json or decision.json anywhere else, or
   a link, is a stray: named, never judged, and the decision is at least defer.
@@ -14,4 +16,8 @@ The ways head content enters, each a module:
   imported: a workload only it names is named as new and not run.
 - `shown`: any head-chosen text (a file name, a line) on its way to a log or a workflow
   command: escaped so that it is one line that GitHub never reads as a command.
+
+Not yet here (each still read where it is used): the decision artifact the comment job reads
+(suite/github/comment.py checks its head SHA, full SHAs only) and the index URLs the head's pin
+files name (suite/pins/index_hosts.py).
 """
