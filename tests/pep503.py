@@ -1,6 +1,6 @@
-"""A package index on loopback for the tests: PEP 503's simple API over a folder of wheels, behind
-HTTP basic auth when given a user and token, with a log of every request (path, and whether it
-carried the credential). Only 127.0.0.1 is listened on."""
+"""A package index on loopback for the tests: PEP 503's simple API over a folder of wheels (and
+sdists), behind HTTP basic auth when given a user and token, with a log of every request (path,
+and whether it carried the credential). Only 127.0.0.1 is listened on."""
 
 from __future__ import annotations
 
@@ -35,7 +35,8 @@ class Index:
 
     def __init__(self, folder: Path, user: str | None = None, token: str | None = None) -> None:
         self.folder = folder
-        self.wheels = {w.name: w for w in folder.glob("*.whl")}
+        served = [*folder.glob("*.whl"), *folder.glob("*.tar.gz")]  # wheels, and sdists
+        self.wheels = {w.name: w for w in served}
         self.expected = (
             "Basic " + base64.b64encode(f"{user}:{token}".encode()).decode() if user else None
         )

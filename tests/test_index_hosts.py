@@ -2,7 +2,8 @@
 
 A pull request writes its own pin files: `pins` hands the bench job an index URL with the team's
 ${INDEX_TOKEN} only where the base branch names its host (or --index-hosts does), and the
-expansion itself (TORCH_MATRIX_INDEX_HOSTS) holds to the same hosts, as a real pip against two
+expansion itself (TORCH_MATRIX_INDEX_HOSTS) holds to the same hosts: an index on another host is
+not used at all, and one pip process holds one host's credential, as a real pip against two
 loopback indexes shows. The credentials come from a file, and no worker or plugin-import child
 inherits a credential, the runner's own tokens included.
 """
@@ -95,7 +96,9 @@ def test_pins_keep_the_credential_only_for_a_host_the_base_branch_names(
     [note] = record["index_notes"]
     assert note == (
         "the head's requirements.txt names index host attacker.example, which the base branch "
-        "does not (nor index-hosts): used with no credential"
+        "does not (nor index-hosts): not used, so the candidate side is not installed and its "
+        "cells are untested; approve the host in the base branch's pin files or the workflow's "
+        "index-hosts"
     )
     assert f"warning: {note}" in stderr
     written = outputs.read_text()
@@ -114,25 +117,40 @@ def test_pins_keep_the_credential_only_for_a_host_the_base_branch_names(
 
 
 SAME_HOST = f"HTTPS://{REFS}@PKGS.example.com:443/simple"  # case and default port aside
+REFUSED = "not used, so the candidate side is not installed"
 FORMS = {
-    "host-is-a-variable": (f"https://{REFS}@${{INDEX_HOST}}/simple", None, "cannot be checked"),
-    "variable-in-path": ("https://attacker.example/${INDEX_TOKEN}/simple", None, "${NAME} in"),
+    "host-is-a-variable": (
+        f"https://{REFS}@${{INDEX_HOST}}/simple",
+        "https://${INDEX_HOST}/simple",
+        "cannot be checked",
+    ),
+    "variable-in-path": (
+        "https://attacker.example/${INDEX_TOKEN}/simple",
+        "https://attacker.example/${INDEX_TOKEN}/simple",
+        "host attacker.example,",
+    ),
     "two-ats": (f"https://{REFS}@pkgs.example.com@attacker.example/simple", BARE, "attacker"),
     "other-port": (
         f"https://{REFS}@pkgs.example.com:8443/simple",
         "https://pkgs.example.com:8443/simple",
         "host pkgs.example.com:8443",
     ),
-    "literal": ("https://reader:literal-Token-1@attacker.example/simple", BARE, "no credential"),
-    "public": ("https://mirror.example.com/simple", "https://mirror.example.com/simple", None),
+    "literal": ("https://reader:literal-Token-1@attacker.example/simple", BARE, "attacker"),
+    "public": (
+        "https://mirror.example.com/simple",
+        "https://mirror.example.com/simple",
+        "host mirror.example.com",
+    ),
     "same-host": (SAME_HOST, SAME_HOST, None),
 }
 
 
 @pytest.mark.parametrize(("head_url", "kept", "said"), FORMS.values(), ids=FORMS.keys())
-def test_each_unapproved_form_is_stripped_or_dropped_and_said(
-    tmp_path: Path, head_url: str, kept: str | None, said: str | None
+def test_each_unapproved_form_is_handed_on_bare_and_said_to_be_refused(
+    tmp_path: Path, head_url: str, kept: str, said: str | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """pins hands the URL on without userinfo and says the side is not installed; the bench
+    job's expansion, holding the same approved hosts, refuses the side."""
     old, new = tmp_path / "old.txt", tmp_path / "requirements.txt"
     old.write_text(f"--index-url {TRUSTED}\ntorch==2.13.0\n")
     new.write_text(f"--index-url {TRUSTED}\n--extra-index-url {head_url}\ntorch==2.14.1\n")
@@ -140,10 +158,20 @@ def test_each_unapproved_form_is_stripped_or_dropped_and_said(
     result = CliRunner().invoke(pins_command, argv, catch_exceptions=False)
     record = json.loads(result.stdout)
     assert record["candidate_index_url"] == TRUSTED
-    assert record["candidate_extra_index_urls"] == ([kept] if kept else [])
+    assert record["candidate_extra_index_urls"] == [kept]
     notes = record["index_notes"]
-    assert (said in notes[0] and len(notes) == 1) if said else notes == []
+    assert (said in notes[0] and REFUSED in notes[0] and len(notes) == 1) if said else notes == []
     assert "literal-Token-1" not in result.stdout + result.stderr
+    monkeypatch.setenv("INDEX_USER", USER)
+    monkeypatch.setenv("INDEX_TOKEN", SECRET)
+    monkeypatch.setenv(HOSTS_VAR, " ".join(record["index_hosts"]))
+    handed = Indexes(record["candidate_index_url"], tuple(record["candidate_extra_index_urls"]))
+    if said is None:
+        assert SECRET in handed.pip_env()["PIP_INDEX_URL"]
+        return
+    with pytest.raises(InputError, match="not installed at all") as info:
+        handed.pip_env()
+    assert SECRET not in str(info.value)
 
 
 def test_index_hosts_must_be_hosts(tmp_path: Path) -> None:
@@ -174,17 +202,36 @@ def secret_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.usefixtures("secret_env")
-def test_only_an_approved_host_gets_the_secret() -> None:
-    both = Indexes(TRUSTED, (ATTACKER,)).pip_env()
-    assert both["PIP_INDEX_URL"] == f"https://{USER}:{SECRET}@pkgs.example.com/simple"
-    assert both["PIP_EXTRA_INDEX_URL"] == "https://attacker.example/simple"
-    alone = Indexes(None, (ATTACKER,))
-    assert not any(SECRET in v or USER in v for v in alone.pip_env().values())
-    assert not alone.needs_secret()
-    assert alone.public() == {"index_url": None, "extra_index_urls": [BARE]}
+def test_only_an_approved_host_is_used_and_gets_the_secret() -> None:
+    with pytest.raises(InputError, match=r"host attacker\.example is not among") as info:
+        Indexes(TRUSTED, (ATTACKER,)).pip_env()  # not even without its credential
+    assert "not installed at all" in str(info.value) and SECRET not in str(info.value)
+    with pytest.raises(InputError, match="not among"):
+        Indexes(TRUSTED, (BARE,)).pip_env()  # a public index the base branch did not approve
+    alone = Indexes(TRUSTED)
+    assert alone.pip_env() == {"PIP_INDEX_URL": f"https://{USER}:{SECRET}@pkgs.example.com/simple"}
+    assert alone.public() == {
+        "index_url": "https://pkgs.example.com/simple",
+        "extra_index_urls": [],
+    }
     # An argument names the hosts instead of the variable.
-    given = alone.pip_env(hosts=["attacker.example"])
+    given = Indexes(None, (ATTACKER,)).pip_env(hosts=["attacker.example"])
     assert given["PIP_EXTRA_INDEX_URL"] == f"https://{USER}:{SECRET}@attacker.example/simple"
+
+
+@pytest.mark.usefixtures("secret_env")
+def test_one_pip_process_holds_one_hosts_credential(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(HOSTS_VAR, "pkgs.example.com mirror.example.com")
+    mirror = f"https://{REFS}@mirror.example.com/simple"
+    with pytest.raises(InputError, match="credentials for 2 hosts") as info:
+        Indexes(TRUSTED, (mirror,)).pip_env()
+    assert "mirror.example.com, pkgs.example.com" in str(info.value)
+    assert SECRET not in str(info.value)
+    # Two URLs on the one host, or a second approved host with no credential, are one.
+    same = Indexes(TRUSTED, (f"https://{REFS}@pkgs.example.com/extra",)).pip_env()
+    assert same["PIP_EXTRA_INDEX_URL"].endswith("@pkgs.example.com/extra")
+    plain = Indexes(TRUSTED, ("https://mirror.example.com/simple",)).pip_env()
+    assert plain["PIP_EXTRA_INDEX_URL"] == "https://mirror.example.com/simple"
 
 
 @pytest.mark.usefixtures("secret_env")
@@ -212,7 +259,8 @@ def test_no_approved_hosts_is_none_and_an_unset_variable_is_every_host(
     secret_env: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(HOSTS_VAR, "")
-    assert Indexes(TRUSTED).pip_env() == {"PIP_INDEX_URL": "https://pkgs.example.com/simple"}
+    with pytest.raises(InputError, match="not among the approved index hosts"):
+        Indexes(TRUSTED).pip_env()
     monkeypatch.delenv(HOSTS_VAR)  # a person's own `ab`: as before
     assert SECRET in Indexes(None, (ATTACKER,)).pip_env()["PIP_EXTRA_INDEX_URL"]
 
@@ -286,15 +334,20 @@ def logged() -> Iterator[tuple[_Logged, _Logged]]:
         server.server_close()
 
 
-def test_pip_sends_no_credential_to_an_unapproved_index(
+def test_pip_sends_the_credential_to_its_host_alone(
     logged: tuple[_Logged, _Logged], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    approved, other = logged
+    """A real pip, two loopback indexes: the second, unapproved, is refused before pip starts
+    (it hears nothing); approved without a credential, it is asked with none beside the first."""
+    first, second = logged
     monkeypatch.setenv("INDEX_USER", USER)
     monkeypatch.setenv("INDEX_TOKEN", SECRET)
-    monkeypatch.setenv(HOSTS_VAR, f"127.0.0.1:{approved.port}")  # the other port is not
-    written = [u.replace("http://", f"http://{REFS}@") for u in (approved.url, other.url)]
-    pip_env = Indexes(written[0], (written[1],)).pip_env()
+    monkeypatch.setenv(HOSTS_VAR, f"127.0.0.1:{first.port}")
+    written = first.url.replace("http://", f"http://{REFS}@")
+    with pytest.raises(InputError, match=rf"host 127\.0\.0\.1:{second.port} is not among"):
+        Indexes(written, (second.url,)).pip_env()
+    monkeypatch.setenv(HOSTS_VAR, f"127.0.0.1:{first.port} 127.0.0.1:{second.port}")
+    pip_env = Indexes(written, (second.url,)).pip_env()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_") and "PROXY" not in k}
     env |= {"PIP_CONFIG_FILE": os.devnull, "NETRC": os.devnull, "NO_PROXY": "*", **pip_env}
     proc = subprocess.run(
@@ -304,11 +357,11 @@ def test_pip_sends_no_credential_to_an_unapproved_index(
         env=env, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert proc.returncode != 0  # no index has it
-    assert other.seen, proc.stderr  # pip asked the unapproved index ...
-    assert all(auth is None for _, auth in other.seen), other.seen  # ... with no credential
+    assert second.seen, proc.stderr  # pip asked the second index ...
+    assert all(auth is None for _, auth in second.seen), second.seen  # ... with no credential
     token = base64.b64encode(f"{USER}:{SECRET}".encode()).decode()
-    assert (approved.seen[0][1] or "").endswith(token), approved.seen  # the approved one has it
-    assert not any(SECRET in line for line, _ in approved.seen + other.seen)
+    assert (first.seen[0][1] or "").endswith(token), first.seen  # the first one has it
+    assert not any(SECRET in line for line, _ in first.seen + second.seen)
 
 
 # --- no credential where user code runs --------------------------------------------------------

@@ -9,10 +9,13 @@ masked. A URL whose credential was already masked (https://***@host) is refused:
 is gone, and installing from the index without it would fail or, worse, install something else.
 
 Where the approved index hosts are known (an argument, or TORCH_MATRIX_INDEX_HOSTS set, even
-empty: suite/core/index_access.py), a ${NAME} is substituted only into a URL whose host, read
-before substitution, is approved; a URL on any other host loses its userinfo, and a reference
-left elsewhere in it is an error. The values come from the environment overlaid with the file
-TORCH_MATRIX_INDEX_ENV_FILE names.
+empty: suite/core/index_access.py), as in a run that judges a pull request, a URL on any other
+host is not used at all: the side is refused (an InputError naming the host), never installed
+from the indexes that are left, which could hold another torch. The host is read before
+substitution. The values come from the environment overlaid with the file
+TORCH_MATRIX_INDEX_ENV_FILE names. One pip process holds the credential of one host at most: a
+side whose URLs carry credentials for two hosts is refused, so that no index's package can read
+another index's credential.
 """
 
 from __future__ import annotations
@@ -71,7 +74,7 @@ class Indexes:
                     option=option,
                 )
             if approved is not None and index_host(url) not in approved:
-                url = _unapproved(url, option)
+                _unapproved(url, option)
             missing = [n for n in REFERENCE.findall(url) if n not in source]
             if missing:
                 raise InputError(
@@ -81,10 +84,12 @@ class Indexes:
                 )
             return REFERENCE.sub(lambda m: source[m[1]], url)
 
-        return Indexes(
+        done = Indexes(
             expand(self.index_url) if self.index_url else None,
             tuple(expand(u) for u in self.extra_index_urls),
         )
+        _one_credential(self.urls(), done.urls(), option)
+        return done
 
     def needs_secret(
         self, env: Mapping[str, str] | None = None, *, hosts: Collection[str] | None = None
@@ -123,23 +128,39 @@ class Indexes:
         return " ".join(parts)
 
 
-def _unapproved(url: str, option: str) -> str:
-    """A URL on a host that is not approved, as it may be used: without its userinfo, and with
-    no ${NAME} left anywhere (InputError naming the option and the host)."""
-    bare = without_userinfo(url)
-    if not REFERENCE.search(bare):
-        return bare
+def _unapproved(url: str, option: str) -> None:
+    """Refuse a URL on a host that is not approved (InputError naming the option and the host):
+    the side it belongs to is not run, rather than run from the indexes left."""
     host = index_host(url)
+    fix = (
+        "so this side is not installed at all (nor from the other indexes, which could hold "
+        "another torch): approve the host in the base branch's pin files or the workflow's "
+        "index-hosts"
+    )
     if host is None:
         said = host_part(url)
         where = f"host part {said!r}" if said else "host"
         raise InputError(
-            f"{redact_text(url)}: its {where} cannot be checked against the approved index "
-            f"hosts ({HOSTS_VAR}), so no ${{NAME}} is expanded in it: write the host itself",
+            f"{redact_text(without_userinfo(url))}: its {where} cannot be checked against the "
+            f"approved index hosts ({HOSTS_VAR}), {fix}",
             option=option,
         )
     raise InputError(
-        f"{redact_text(url)}: host {host} is not among the approved index hosts ({HOSTS_VAR}): "
-        "no credential is sent there, and no ${NAME} is expanded in its URL",
+        f"{redact_text(without_userinfo(url))}: host {host} is not among the approved index "
+        f"hosts ({HOSTS_VAR}), {fix}",
         option=option,
     )
+
+
+def _one_credential(written: tuple[str, ...], expanded: tuple[str, ...], option: str) -> None:
+    """Refuse credentials for two hosts in one side's URLs: pip would hold both at once."""
+    pairs = zip(written, expanded, strict=True)
+    hosts = {index_host(w) or host_part(w) for w, e in pairs if has_credential(e)}
+    if len(hosts) > 1:
+        raise InputError(
+            f"the index URLs carry credentials for {len(hosts)} hosts "
+            f"({', '.join(sorted(str(h) for h in hosts))}): one pip process holds the "
+            "credential of one host at most; serve torch and its companions from one "
+            "credentialed index",
+            option=option,
+        )

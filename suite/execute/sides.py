@@ -38,6 +38,9 @@ _REQUIREMENT = re.compile(r"^torch\s*(\[[^\]]*\])?\s*(==|~=|>=|<=|>|<|!=|===|@)"
 # Runtime needs of the worker besides torch; the suite itself travels on PYTHONPATH.
 WORKER_REQUIREMENTS = tuple(WORKER_NEEDS.values())
 INSTALL_TIMEOUT_S = 3600.0
+# Every venv install: wheels only. Not in the venv's key: a venv built before is what it was,
+# and is checked against its manifest before each reuse as any other.
+WHEELS_ONLY = ("--only-binary", ":all:")
 READY = ".torch-matrix-ready"  # inside a venv whose build finished: the requirement, masked
 
 
@@ -156,7 +159,10 @@ def _build_venv(
     if venv.exists():
         shutil.rmtree(venv)  # an earlier build that did not finish, or one that changed since
     # -I: the working directory may be a checkout, whose pip/ or venv/ must not run instead.
+    # Wheels only: no package's own build code runs while an index credential is in pip's
+    # environment (a pull request may name any package).
     pip = [str(_venv_python(venv)), "-I", "-m", "pip", "install", "--disable-pip-version-check"]
+    pip += list(WHEELS_ONLY)
     given = [requirements[0], *WORKER_REQUIREMENTS, *requirements[1:]]
     steps = [[python, "-I", "-m", "venv", str(venv)], [*pip, "-q", *given]]
     env = {**os.environ, **indexes.pip_env()}

@@ -1,12 +1,13 @@
 """Which index URLs of a torch change may carry the index credential.
 
 A pull request writes its own pin files, so it may name any index, with the team's ${INDEX_TOKEN}
-in its userinfo. A credential goes only to an approved host: one an index URL of the base side's
+in its userinfo. An index is used only on an approved host: one an index URL of the base side's
 pins names (the base branch trusts it already), or one the workflow names (`pins --index-hosts`).
-An index URL of either side on another host keeps no userinfo and no ${NAME}: it is handed on
-without them, or not at all when a ${NAME} stays in it, and a note says which. The host is read
-from the URL as written (suite/core/index_access.py): a URL whose host part is a ${NAME} cannot
-be checked and is not handed on.
+An index URL of either side on another host is handed on without its userinfo, so that the bench
+job, which holds the same approved hosts (TORCH_MATRIX_INDEX_HOSTS), refuses the side rather than
+install it from the indexes left (suite/execute/indexes.py); a note says so, for the comment. The
+host is read from the URL as written (suite/core/index_access.py): a URL whose host part is a
+${NAME} cannot be checked, and is refused the same way.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-from suite.core.index_access import REFERENCE, index_host, without_userinfo
+from suite.core.index_access import index_host, without_userinfo
 from suite.core.secrets import redact_text
 from suite.pins.assess import Assessment, Pin
 
@@ -40,35 +41,37 @@ def approved_hosts(result: Assessment, named: Collection[str] = ()) -> frozenset
     return frozenset(from_base | {h.lower() for h in named})
 
 
-def _checked(url: str, hosts: frozenset[str], where: str, notes: list[str]) -> str | None:
-    """The URL as it may travel: as written (a literal credential masked) on an approved host
-    or where it holds no credential; else without its userinfo, or None."""
+def _checked(url: str, hosts: frozenset[str], where: str, side: str, notes: list[str]) -> str:
+    """The URL as it may travel: as written (a literal credential masked) on an approved host;
+    elsewhere without its userinfo, which the bench job refuses, and a note that says so."""
     host = index_host(url)
-    bare = without_userinfo(url)
-    if host in hosts or (bare == url and not REFERENCE.search(url)):
+    if host in hosts:
         return redact_text(url)
+    refused = (
+        f"not used, so the {side} side is not installed and its cells are untested; approve "
+        "the host in the base branch's pin files or the workflow's index-hosts"
+    )
     if host is None:
         notes.append(
             f"{where} names an index whose host cannot be checked against the approved index "
-            f"hosts ({redact_text(url)}): not used; write the host itself, or name it in "
-            "index-hosts"
+            f"hosts ({redact_text(without_userinfo(url))}): {refused}"
         )
-        return None
-    unapproved = f"{where} names index host {host}, which the base branch does not (nor "
-    if REFERENCE.search(bare):
-        notes.append(f"{unapproved}index-hosts), with a ${{NAME}} in its URL: not used")
-        return None
-    notes.append(f"{unapproved}index-hosts): used with no credential")
-    return bare
+    else:
+        notes.append(
+            f"{where} names index host {host}, which the base branch does not (nor "
+            f"index-hosts): {refused}"
+        )
+    return redact_text(without_userinfo(url))
 
 
 def _side(pin: Pin | None, side: str, hosts: frozenset[str], notes: list[str]) -> SideIndexes:
     if pin is None:
         return SideIndexes()
     where = f"the {side}'s {pin.included or pin.file}"
-    index = _checked(pin.index_url, hosts, where, notes) if pin.index_url else None
-    extra = (_checked(u, hosts, where, notes) for u in pin.extra_index_urls)
-    return SideIndexes(index, tuple(u for u in extra if u is not None))
+    role = "baseline" if side == "base" else "candidate"
+    index = _checked(pin.index_url, hosts, where, role, notes) if pin.index_url else None
+    extra = (_checked(u, hosts, where, role, notes) for u in pin.extra_index_urls)
+    return SideIndexes(index, tuple(extra))
 
 
 def check_indexes(
