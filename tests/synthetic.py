@@ -180,8 +180,10 @@ def make_run(
     policy_sha: str | None = None,
     seed: int = 0,
     scales: Sequence[float] | None = None,
+    job: str | None = None,
 ) -> Path:
-    """scales: a factor on every cell's level_s in each round, to plant round-to-round changes."""
+    """scales: a factor on every cell's level_s in each round, to plant round-to-round changes;
+    job: the plan's name of the bench job, as ab --job records it."""
     entries = []
     for round_no in range(rounds):
         for i, cell in enumerate(cells):
@@ -220,6 +222,8 @@ def make_run(
     }
     if policy_sha is not None:
         run["policy"] = {"sha256": policy_sha, "profile": "research"}
+    if job is not None:
+        run["ab"] = {"job": job}
     write_run(out / "run.json", run)
     return out
 

@@ -16,8 +16,9 @@ from tests.synthetic import Cell, make_run
 def _job(root: Path, name: str, cells: list[Cell], seed: int) -> None:
     job = root / f"torch-matrix-job~pr~{name}"
     base = [Cell(workload=c.workload, case=c.case) for c in cells]
-    make_run(job / "baseline", base, run_id=f"20261201T10000{seed}Z-0000b{seed}", seed=seed)
-    make_run(job / "candidate", cells, run_id=f"20261201T11000{seed}Z-0000c{seed}", seed=seed)
+    ids = (f"20261201T10000{seed}Z-0000b{seed}", f"20261201T11000{seed}Z-0000c{seed}")
+    make_run(job / "baseline", base, run_id=ids[0], seed=seed, job=name)
+    make_run(job / "candidate", cells, run_id=ids[1], seed=seed, job=name)
 
 
 def _plan(path: Path, jobs: dict[str, list[str]]) -> Path:

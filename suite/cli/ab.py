@@ -94,6 +94,12 @@ if TYPE_CHECKING:
     help="Reuse a count kept from an earlier run of the same cell on the same build and code, "
     "and keep this run's (--recount counts every cell again and keeps nothing).",
 )
+@click.option(
+    "--job",
+    metavar="NAME",
+    help="The bench job's name in the plan (cpu-1): recorded in both sides' run.json, so that "
+    "aggregate --plan judges these results only as that job's artifact.",
+)
 @calibration_option
 @format_option
 @github_step_option
@@ -112,6 +118,7 @@ def ab(
     no_traces: bool,
     count: bool,
     keep_counts: bool,
+    job: str | None,
     calibration_file: Path | None,
     fmt: str,
     github_step: bool,
@@ -155,6 +162,7 @@ def ab(
             resume=resume,
             count=count,
             keep_counts=keep_counts,
+            job=job,
         )
         decision = run_ab(matrix, cells, resolved, base_side, cand_side, policy, options)
         _echo_phases(decision)
@@ -198,6 +206,9 @@ def _prepare(
 
     admitted(baseline, "baseline", with_requirements)  # neither prepared if one cannot take them
     admitted(candidate, "candidate", with_requirements)
+    for role, given in indexes.items():  # nor if one's indexes are refused (an unapproved host)
+        if given:
+            given.expanded(option=f"--{role}-index-url")
     log = out / "prepare.log"
 
     def ready(spec: str, role: str, pins: BaselinePins | None = None) -> PreparedSide:

@@ -25,6 +25,8 @@ from suite.judge.decision import SHORTFALL, decision_record
 from suite.judge.models import MODELS_LINE
 from suite.judge.policy import Policy
 from suite.judge.rollback import judge_rollback
+from suite.untrusted.artifacts import claimed_job
+from suite.untrusted.shown import shown
 
 
 def job_name(job: Path) -> str:
@@ -66,6 +68,10 @@ def aggregate(
             ),
         ]
         jobs = [j for j in jobs if job_name(j) not in stray]
+        claims = {j: claimed_job(j) for j in jobs}
+        wrong = [j for j in jobs if any(said != job_name(j) for said in claims[j])]
+        notes = [*notes, *(_wrong_job_line(job_name(j), claims[j]) for j in wrong)]
+        jobs = [j for j in jobs if j not in wrong]
     decisions: list[DecisionRecord] = []
     rollbacks: dict[str, RollbackRecord] = {}
     reported: dict[str, set[str]] = {}
@@ -104,6 +110,18 @@ def aggregate(
         lead=list(
             dict.fromkeys(r for d in decisions for r in d["reasons"] if r.startswith(SHORTFALL))
         ),
+    )
+
+
+def _wrong_job_line(name: str, claims: tuple[str | None, str | None]) -> str:
+    """The line for a job's artifact whose results name another job, or none."""
+    said = " and ".join(
+        f"{side} {shown(claim) if claim is not None else 'no job'}"
+        for side, claim in zip(("baseline", "candidate"), claims, strict=True)
+    )
+    return (
+        f"the results in job {shown(name)}'s artifact record {said} (ab --job), not "
+        f"{shown(name)}: not judged, as if the job had not reported"
     )
 
 

@@ -6,11 +6,14 @@ beside ROOT/ARTIFACT/candidate/run.json), or ROOT itself for an `ab --out` folde
 Anything that looks like results anywhere else (a run.json or decision.json deeper down, say
 `candidate/x/torch-matrix-job~m~cuda-1/` inside job cpu-1's artifact, which would have spoken
 for a job that died) is a stray: never judged, named, and it holds the decision at defer. A
-symbolic link is never followed, and is itself a stray.
+symbolic link is never followed, and is itself a stray. Each side's run.json also records the
+job the plan named (ab --job): claimed_job reads it, for the aggregate to check against the
+artifact's own name.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -104,3 +107,25 @@ def job_folders(roots: Sequence[Path], *, required: bool = True) -> JobFolders:
             file=", ".join(map(str, roots)),
         )
     return JobFolders(tuple(jobs), tuple(strays))
+
+
+RUN_MAX_BYTES = 64 << 20  # a run.json larger than this is no job's: its claim is not read
+
+
+def claimed_job(folder: Path) -> tuple[str | None, str | None]:
+    """The job each side's run.json records (ab --job), baseline's then candidate's: None
+    where it records none, or cannot be read as a run record of reasonable size."""
+
+    def one(side: str) -> str | None:
+        path = folder / side / "run.json"
+        try:
+            if path.is_symlink() or path.stat().st_size > RUN_MAX_BYTES:
+                return None
+            doc = json.loads(path.read_bytes())
+        except (OSError, ValueError):
+            return None
+        ab = doc.get("ab") if isinstance(doc, dict) else None
+        job = ab.get("job") if isinstance(ab, dict) else None
+        return job if isinstance(job, str) else None
+
+    return one(SIDES[0]), one(SIDES[1])

@@ -18,10 +18,13 @@ GOOD = [Cell(workload="sdpa", case="a")]
 PLAN = {"cpu-1": ["sdpa.a@cpu"], "cuda-1": ["sdpa.a@cuda"]}
 
 
-def _job(folder: Path, seed: int, backend: str = "cpu") -> None:
+def _job(folder: Path, seed: int, backend: str = "cpu", job: str | None = "") -> None:
+    """A job's results in folder, recording the job the folder's name says (or job)."""
     cells = [Cell(workload="sdpa", case="a", backend=backend)]
-    make_run(folder / "baseline", cells, run_id=f"20261201T10000{seed}Z-0000b{seed}", seed=seed)
-    make_run(folder / "candidate", cells, run_id=f"20261201T11000{seed}Z-0000c{seed}", seed=seed)
+    name = folder.name.rpartition("~")[2] if job == "" else job
+    ids = (f"20261201T10000{seed}Z-0000b{seed}", f"20261201T11000{seed}Z-0000c{seed}")
+    make_run(folder / "baseline", cells, run_id=ids[0], seed=seed, job=name)
+    make_run(folder / "candidate", cells, run_id=ids[1], seed=seed, job=name)
 
 
 def _aggregate(tmp_path: Path, plan: dict[str, list[str]]) -> tuple[int, dict, str]:  # type: ignore[type-arg]
@@ -64,6 +67,30 @@ def test_results_nested_in_an_artifact_never_speak_for_another_job(
     assert "torch-matrix-job~pr~cuda-1/baseline/run.json" in said
     (cuda,) = [c for c in doc["cells"] if c["cell_id"] == "sdpa.a@cuda"]
     assert cuda["gates"][0]["verdict"] == "untested"
+
+
+@pytest.mark.parametrize("recorded", ["cuda-1", None], ids=["another-job", "no-job"])
+def test_results_that_record_another_job_are_not_that_artifacts(
+    tmp_path: Path, recorded: str | None
+) -> None:
+    """Job cpu-1's artifact holds, at its root, results that record job cuda-1 (copied whole
+    from another artifact) or no job at all: not judged, cpu-1 did not report, and the line
+    names what they record."""
+    jobs = tmp_path / "jobs"
+    _job(jobs / "torch-matrix-job~pr~cpu-1", 1, job=recorded)
+    _job(jobs / "torch-matrix-job~pr~cuda-1", 2, backend="cuda")
+    _code, doc, _stderr = _aggregate(tmp_path, PLAN)
+    assert doc["decision"] == "defer", doc["reasons"]
+    said = "\n".join(doc["reasons"])
+    shown = recorded or "no job"
+    assert (
+        f"the results in job cpu-1's artifact record baseline {shown} and candidate {shown}" in said
+    ), said
+    assert "job cpu-1 did not report" in said, said
+    (cpu,) = [c for c in doc["cells"] if c["cell_id"] == "sdpa.a@cpu"]
+    assert cpu["gates"][0]["verdict"] == "untested"
+    (cuda,) = [c for c in doc["cells"] if c["cell_id"] == "sdpa.a@cuda"]
+    assert cuda["gates"][0]["verdict"] != "untested"
 
 
 def test_a_stray_result_file_alone_holds_the_decision(tmp_path: Path) -> None:
