@@ -94,10 +94,10 @@ def pins_command(
 
     An index URL keeps its credential (${VAR} references, or a literal one, masked) only on an
     approved host: a host an index URL of the base side's pin files names, or one of
-    --index-hosts. On any other host it is given without its userinfo, or dropped when a
-    ${VAR} stays in it (or its host is itself a ${VAR}, which cannot be checked). The outputs
-    index_hosts (the approved hosts, space-separated) and index_notes (a line per URL changed
-    so) say which.
+    --index-hosts. On any other host (or one that is itself a ${VAR}, which cannot be checked)
+    it is given without its userinfo, and the bench job, holding the same approved hosts,
+    does not install that side at all. The outputs index_hosts (the approved hosts,
+    space-separated) and index_notes (a line per such URL) say which.
     """
     from suite.core.index_access import parse_hosts
     from suite.pins.assess import Tree, assess, pin_file_kind, tree_at_ref, tree_of
@@ -206,10 +206,27 @@ def _output_value(value: Any) -> str:
     "the output source_notes names those that did not run for the verdict.",
 )
 @click.option(
+    "--changes",
+    "changes_between",
+    nargs=2,
+    metavar="BASE HEAD",
+    help="The pull request's two commits: the files it changes are read from the git "
+    "repository --repo names (through the suite's reader of untrusted commits) for "
+    "source_notes, in place of --changed-files.",
+)
+@click.option(
+    "--repo",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=".",
+    show_default=True,
+    help="With --changes: the git repository that holds the two commits.",
+)
+@click.option(
     "--pin-files",
     default="",
     metavar="PATHS",
-    help="With --changed-files: the pin files pins read (its files output), left unnamed.",
+    help="With --changed-files or --changes: the pin files pins read (its files output, "
+    "names as it escapes them), left unnamed.",
 )
 @click.option(
     "--matrix-from",
@@ -239,6 +256,8 @@ def plan_command(
     runners_json: str | None,
     head_matrix: Path | None,
     changed_files: Path | None,
+    changes_between: tuple[str, str] | None,
+    repo: Path,
     pin_files: str,
     matrix_from: str,
     pin_environments: Path | None,
@@ -252,15 +271,16 @@ def plan_command(
     cells (space-separated cell ids, for `ab --cell`) and cell_count. With GITHUB_OUTPUT set,
     also writes the step outputs matrix, name (the matrix's name, for artifact names),
     unplanned, matrix_note, source_notes (one line each: what the pull request changed that
-    did not run, from --changed-files) and pin_notes (with --pin-environments: the backends that
-    took their pin-source's move, and those not planned because it did not move).
+    did not run, from --changes or --changed-files) and pin_notes (with --pin-environments:
+    the backends that took their pin-source's move, and those not planned because it did
+    not move).
     With a calibration (--calibration, or one in the current directory), warns on stderr
     where a threshold of the policy is below what this runner can resolve.
     """
     from suite.cli.options import checked_select
     from suite.flows.pin_sources import planned_cells, with_sides
     from suite.flows.plan import plan, unplanned, unplanned_note
-    from suite.flows.pr_changes import source_notes
+    from suite.flows.pr_changes import changed_paths, matrix_changes, read_changed, source_notes
     from suite.judge.policy import load_policy
 
     runners = _runners(runners_json)
@@ -278,7 +298,7 @@ def plan_command(
     name = re.sub(r"[^A-Za-z0-9_.-]", "-", matrix.name) or "default"
     # Only what this plan runs: a backend with no runners named neither ran nor will.
     planned_backends = [b for b in dict.fromkeys(c.backend for c in cells) if b not in skipped]
-    changes = _matrix_changes(
+    changes = matrix_changes(
         [c for c in cells if c.backend in planned_backends],
         matrix_file,
         head_matrix,
@@ -286,8 +306,12 @@ def plan_command(
         planned_backends,
         size,
     )
+    if changes_between and changed_files is not None:
+        raise InputError("give --changes or --changed-files, not both", option="--changes")
+    between = changes_between
+    changed = changed_paths(repo, *between) if between else read_changed(changed_files)
     notes = source_notes(
-        changed_files, pin_files.split(), matrix, matrix_file, policy_file, matrix_from == "head"
+        changed, pin_files.split(), matrix, matrix_file, policy_file, matrix_from == "head"
     )
     outputs = {"matrix": line, "name": name, "unplanned": note, "matrix_note": changes}
     _say_plan(strategy, outputs, {"source_notes": notes, "pin_notes": pin_notes})
@@ -320,53 +344,6 @@ def _backend_pins(
     backends = list(dict.fromkeys(c.backend for c in cells))
     pins = backend_pins(matrix, load_environments(environments_file), backends)
     return pins, [*skipped_notes(pins, cells), *pins.notes]
-
-
-def _matrix_changes(
-    cells: Sequence[Any],
-    matrix_file: Path | None,
-    head_matrix: Path | None,
-    workloads: Sequence[str],
-    backends: Sequence[str],
-    size: str | None,
-) -> str:
-    """plan's matrix_note: the cells the pull request's own matrix adds and removes. The head's
-    matrix is read as YAML only: its cells are expanded with the base branch's code for the
-    workloads the base's matrix or the built-ins name, and a workload only the head names (its
-    code is the pull request's, at any path it chose) is never imported: it is named as new in
-    the pull request, not run."""
-    from dataclasses import replace
-
-    from suite.flows.plan import matrix_change_note
-    from suite.untrusted.shown import shown
-    from suite.workloads import BUILTINS
-    from suite.workloads.matrix import expand, load_matrix, select
-
-    if head_matrix is None:
-        return ""
-    where = shown(str(matrix_file or "the built-in matrix"))
-    try:
-        head = load_matrix(head_matrix)
-        known = {e.ref for e in load_matrix(matrix_file).entries} | set(BUILTINS)
-        new = sorted({e.ref for e in head.entries if e.ref not in known})
-        ours = replace(head, entries=[e for e in head.entries if e.ref in known])
-        head_cells = expand(select(ours, workloads, backends, size))[0] if ours.entries else []
-    except InputError as exc:
-        return (
-            f"this pull request changes {where}, which does not load there ({shown(str(exc))}); "
-            "the base branch's matrix ran"
-        )
-    base_ids = [c.cell_id for c in cells]
-    head_ids = [c.cell_id for c in head_cells if c.backend in backends]
-    note = matrix_change_note(base_ids, head_ids, where)
-    if new:
-        named = ", ".join(shown(ref) for ref in new[:5]) + (" …" if len(new) > 5 else "")
-        said = (
-            f"this pull request's matrix names {len(new)} workload(s) new in it, not imported "
-            f"and not run: {named}"
-        )
-        note = f"{note}. {said}" if note else said
-    return note
 
 
 def _runners(text: str | None) -> dict[str, list[str]]:

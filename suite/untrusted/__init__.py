@@ -11,7 +11,9 @@ The ways head content enters, and where:
   through it.
 - `artifacts`: the bench jobs' uploaded results, which candidate-side code could write into.
   A job's results are only its artifact's root; a run.json or decision.json anywhere else, or
-  a link, is a stray: named, never judged, and the decision is at least defer.
+  a link, is a stray: named, never judged, and the decision is at least defer. The job each
+  side's run.json records (ab --job) must be the artifact's own (claimed_job), or the
+  results are not judged and the job did not report.
 - The head's matrix (`plan --head-matrix`, suite/cli/ci.py) is read as YAML only, never
   imported: a workload only it names is named as new and not run.
 - `shown`: any head-chosen text (a file name, a line) on its way to a log or a workflow
@@ -19,5 +21,6 @@ The ways head content enters, and where:
 
 Not yet here (each still read where it is used): the decision artifact the comment job reads
 (suite/github/comment.py checks its head SHA, full SHAs only) and the index URLs the head's pin
-files name (suite/pins/index_hosts.py).
+files name (suite/pins/index_hosts.py: a host the base branch does not approve is refused where
+the bench job installs, suite/execute/indexes.py).
 """
