@@ -129,3 +129,31 @@ def differences(venv: Path, recorded: Entries) -> list[str]:
             if recorded[rel] != digest
         ]
     return out
+
+
+# What a cheap look at an entry sees: its type and permissions, size, inode and ctime. A write,
+# a rename over it, a chmod or a touch changes the ctime, which no process can set back.
+Stat = tuple[int, int, int, int]
+
+
+def stat_snapshot(venv: Path) -> dict[str, Stat]:
+    """Every entry of the venv (links not followed), by path relative to it, as lstat sees it:
+    taken once a side is prepared, then compared before every round it serves (reading no
+    file, so the look costs a walk of the folder, not a hash of it)."""
+    out: dict[str, Stat] = {}
+    for folder, dirs, names in os.walk(venv):
+        for name in [*dirs, *names]:
+            full = os.path.join(folder, name)
+            st = os.lstat(full)
+            rel = Path(os.path.relpath(full, venv)).as_posix()
+            out[rel] = (st.st_mode, st.st_size, st.st_ino, st.st_ctime_ns)
+    return out
+
+
+def stat_differences(venv: Path, before: dict[str, Stat]) -> list[str]:
+    """How the venv's entries differ from a stat_snapshot: added, missing or changed paths."""
+    now = stat_snapshot(venv)
+    out = [f"{rel} added" for rel in sorted(set(now) - set(before))]
+    out += [f"{rel} missing" for rel in sorted(set(before) - set(now))]
+    out += [f"{rel} changed" for rel in sorted(set(now) & set(before)) if now[rel] != before[rel]]
+    return out

@@ -21,13 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from suite.core.decision_records import Cell, DecisionRecord, RollbackRecord
-from suite.core.errors import InputError
+from suite.core.errors import EnvironmentProblem, InputError
 from suite.core.loaded import LoadedRun
 from suite.core.records import ROLES, Role, RunRecord
 from suite.core.results import ALONE_DIR, read_run
 from suite.core.secrets import redact_text
 from suite.core.spec import CellSpec
 from suite.execute.environment import RunOptions
+from suite.execute.manifest import stat_differences, stat_snapshot
 from suite.execute.progress import Progress
 from suite.execute.runner import Run
 from suite.execute.side_deps import resumed
@@ -60,6 +61,7 @@ class AbOptions:
     count: bool = True  # the instructions gate's counting, where the policy names the gate
     keep_counts: bool = False  # counts kept across runs reused, and this run's kept (ab's default)
     second_look: bool = True  # a timing fail or improvement runs again alone before it stands
+    job: str | None = None  # the plan's name of the bench job, recorded in both run.json
 
 
 def side_command(matrix: Matrix, side: PreparedSide, resolved: dict[str, Resolved]) -> list[str]:
@@ -166,7 +168,8 @@ def run_ab(
         charged, checked = count_before_rounds(
             cells, runs, sides, progress, phases, checks, threshold, options.keep_counts
         )
-    rounds = Rounds(runs, policy, design, comparable, options.progress, charged_s=charged)
+    guard = venv_guard(baseline)
+    rounds = Rounds(runs, policy, design, comparable, options.progress, charged, guard)
     phases.begin("rounds")
     _run_rounds(rounds, runs, cells)
     rollback_cells: list[Cell] = []
@@ -196,7 +199,7 @@ def run_ab(
             look_design = alone_design(design)
             envs = {role: run.environment for role, run in runs.items()}
             alone = make_runs(again, look_design, ALONE_DIR, envs)
-            looking = Rounds(alone, policy, look_design, comparable, options.progress)
+            looking = Rounds(alone, policy, look_design, comparable, options.progress, 0.0, guard)
             _run_rounds(looking, alone, again)
         decision = judge()
     if options.traces:
@@ -206,6 +209,28 @@ def run_ab(
     if phases.overlapping:
         decision["phases_beside"] = dict(phases.overlapping)
     return decision
+
+
+def venv_guard(side: PreparedSide) -> Callable[[], None] | None:
+    """For a baseline that is a venv: a check, before every round it serves, that nothing in it
+    changed since it was prepared (candidate code runs as the same user and could patch it
+    between rounds); raises EnvironmentProblem naming what changed. None for another kind."""
+    if side.kind != "requirement":
+        return None
+    venv = Path(side.interpreter).parent.parent
+    before = stat_snapshot(venv)
+
+    def check() -> None:
+        found = stat_differences(venv, before)
+        if found:
+            more = f" (+{len(found) - 3} more)" if len(found) > 3 else ""
+            raise EnvironmentProblem(
+                f"the baseline's venv {venv} changed while the A/B ran: "
+                f"{', '.join(found[:3])}{more}; no round runs on a patched baseline, and the "
+                "venv is rebuilt on its next use"
+            )
+
+    return check
 
 
 def _runs(
@@ -225,7 +250,7 @@ def _runs(
     for role in ROLES:
         side = sides[role]
         run_options = _side_options(matrix, resolved, role, side, options, folder)
-        extra = _side_extra(role, side, policy, identity, design)
+        extra = _side_extra(role, side, policy, identity, design, options.job)
         env = (environments or {}).get(role)
         runs[role] = Run(matrix, run_options, cells, resolved, environment=env, extra=extra)
     return runs
@@ -259,6 +284,7 @@ def _side_extra(
     policy: Policy,
     identity: dict[str, Any],
     design: Design,
+    job: str | None = None,
 ) -> RunRecord:
     """What one side's run.json holds beyond a plain run's: its side, the policy, the A/B."""
     ab: dict[str, Any] = {
@@ -273,6 +299,8 @@ def _side_extra(
         }
     if side.with_requirements:
         ab["with_requirements"] = [redact_text(r) for r in side.with_requirements]
+    if job is not None:
+        ab["job"] = job
     extra: RunRecord = {
         "label": side.label,
         "side": role,

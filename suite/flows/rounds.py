@@ -5,7 +5,7 @@ look, or the time budget. A round another process disturbed runs again on both s
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from suite.core.records import Role
@@ -46,8 +46,12 @@ class Rounds:
     """Interleaved paired rounds of every cell that still needs them, look by look."""
 
     def __init__(self, runs: dict[str, Run], policy: Policy, design: Design, comparable: bool,
-                 progress: Progress | None, charged_s: float = 0.0) -> None:  # fmt: skip
+                 progress: Progress | None, charged_s: float = 0.0,
+                 before_round: Callable[[], None] | None = None) -> None:  # fmt: skip
         self.runs = runs
+        # Called before every round and once after the last: raises when a side it checks
+        # changed (suite/flows/ab.py's venv guard), so that no round runs on a patched side.
+        self.before_round = before_round
         self.charged_s = charged_s  # spent before the rounds (counting), out of the same budget
         self.policy = policy
         self.design = design
@@ -154,6 +158,8 @@ class Rounds:
                     self.progress.total = max(
                         self.progress.total, self.progress.done_count + 2 * len(active)
                     )
+                if self.before_round is not None:
+                    self.before_round()
                 for position, spec in enumerate(active):
                     self.pair(spec, done, position)
                 done += 1
@@ -162,4 +168,6 @@ class Rounds:
                 active = [spec for spec in active if self.needs_more(spec)]
             if not active:
                 break
+        if self.before_round is not None:
+            self.before_round()  # and after the last: nothing judged ran on a patched side
         return replace(self.design, budget_exhausted=self.budget_exhausted)
