@@ -3,7 +3,8 @@ NAME=VALUE of its index-env secret (TORCH_MATRIX_INDEX_ENV). pip needs the varia
 no process of the suite has them in its environment (the suite imports workload code, and a
 worker's environment record, the container it starts and the comment's docker run line would
 carry them): they reach the suite as a file only this user reads (TORCH_MATRIX_INDEX_ENV_FILE),
-which the suite reads where pip runs, for the approved hosts alone. The action's own steps run
+which the suite reads where pip runs, for the approved hosts alone; the bench step removes the
+file and hands the lines on descriptor 3 instead (tests/hostile/test_worker_credentials.py). The action's own steps run
 here under bash, with a stand-in for the suite that keeps the environment it was given and a
 copy of that file."""
 
@@ -39,7 +40,9 @@ def _run(step_id: str, tmp_path: Path, env: dict[str, str]) -> list[dict[str, st
         '#!/usr/bin/env bash\nd="$DUMPS/$RANDOM$RANDOM"\nenv -0 > "$d"\n'
         'if [ -n "${TORCH_MATRIX_INDEX_ENV_FILE:-}" ]; then\n'
         '  stat -c %a "$TORCH_MATRIX_INDEX_ENV_FILE" > "$d.mode"\n'
-        '  cp "$TORCH_MATRIX_INDEX_ENV_FILE" "$d.file"\nfi\necho "docker:img@sha256:0"\n'
+        '  cp "$TORCH_MATRIX_INDEX_ENV_FILE" "$d.file"\nfi\n'
+        'if [ -e "${INDEX_ENV_FILE:-/nonexistent}" ]; then : > "$d.ondisk"; fi\n'
+        'echo "docker:img@sha256:0"\n'
     )
     python.chmod(0o755)
     runner = tmp_path / "runner"
@@ -70,6 +73,7 @@ def _run(step_id: str, tmp_path: Path, env: dict[str, str]) -> list[dict[str, st
         if dump.with_suffix(".file").exists():
             called[" file"] = dump.with_suffix(".file").read_text()
             called[" mode"] = dump.with_suffix(".mode").read_text().strip()
+            called[" on disk"] = str(dump.with_suffix(".ondisk").exists())
         calls.append(called)
     return calls
 
@@ -104,12 +108,18 @@ def test_the_suite_gets_the_index_variables_in_a_file_never_in_its_environment(
     assert len(calls) == (1 if step_id == "bench" else 2)  # ab once, or an image per pin
     for called in calls:
         assert called[" file"].strip() == LINES.strip()  # what pip expands ${INDEX_TOKEN} from
-        assert called[" mode"] == "600"
+        if step_id == "bench":  # on a descriptor, the file already gone from the disk
+            assert called["TORCH_MATRIX_INDEX_ENV_FILE"] == "/dev/fd/3"
+            assert called[" on disk"] == "False"
+        else:
+            assert called[" mode"] == "600"
         assert "INDEX_TOKEN" not in called and "INDEX_USER" not in called
         assert "TORCH_MATRIX_INDEX_ENV" not in called
         assert not any(SECRET in v for k, v in called.items() if not k.startswith(" "))
     if step_id == "bench":
         assert not (tmp_path / "index.env").exists()
+    else:  # the images are built: the lines leave the disk with the step
+        assert not (tmp_path / "runner" / "torch-matrix-index.env").exists()
 
 
 def test_the_lines_are_masked_wherever_a_value_holds_them() -> None:

@@ -10,7 +10,10 @@ address) cannot be checked.
 The values come from the environment overlaid with the file TORCH_MATRIX_INDEX_ENV_FILE names
 (lines NAME=VALUE): kept there, a secret enters no environment, and so no worker and no process
 that imports workload code inherits it. The names that file sets are withheld from those
-processes all the same (index_secret_names), should the variables be exported too.
+processes all the same (index_secret_names), should the variables be exported too. The file may
+be an open descriptor (/dev/fd/3: the bench action hands the lines on a pipe and leaves no file):
+every command then reads it first, keeps the lines in its own memory and closes it
+(hold_index_env), so that no process it starts later finds them behind the descriptor.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ _HOST = re.compile(
 )
 _DEFAULT_PORTS = {"http://": ":80", "https://": ":443"}
 ENV_FILE_MAX_BYTES = 1 << 20
+_FD_PATH = re.compile(r"/(?:dev|proc/self)/fd/([0-9]+)")
+_HELD: dict[str, dict[str, str]] = {}  # a descriptor's variables, read once (a pipe reads once)
 
 
 def host_part(url: str) -> str | None:
@@ -107,17 +112,46 @@ def _env_lines(text: str) -> list[tuple[int, str, str | None]]:
     return lines
 
 
+def _descriptor(path: str) -> int | None:
+    """N, for an env file given as an open descriptor (/dev/fd/N, /proc/self/fd/N)."""
+    match = _FD_PATH.fullmatch(path)
+    return int(match[1]) if match else None
+
+
 def read_env_file(path: Path) -> dict[str, str]:
     """The variables of a file of NAME=VALUE lines. An error names the file and the line, and
-    never what the line holds: it may be the secret."""
+    never what the line holds: it may be the secret. A descriptor is read once, then closed,
+    and what it held kept in this process."""
+    if str(path) in _HELD:
+        return dict(_HELD[str(path)])
     where = f"{path} ({ENV_FILE_VAR})"
     try:
-        if path.stat().st_size > ENV_FILE_MAX_BYTES:
+        with open(path, "rb") as fh:  # a pipe has no size: read up to the cap, and one more
+            data = fh.read(ENV_FILE_MAX_BYTES + 1)
+        if len(data) > ENV_FILE_MAX_BYTES:
             raise InputError(f"above {ENV_FILE_MAX_BYTES >> 20} MiB: not read", file=where)
-        text = path.read_text(encoding="utf-8-sig")
+        text = data.decode("utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
         raise InputError(f"cannot read it: {why}", file=where) from None
+    found = _variables(text, where)
+    descriptor = _descriptor(str(path))
+    if descriptor is not None:
+        _HELD[str(path)] = dict(found)
+        with contextlib.suppress(OSError):
+            os.close(descriptor)
+    return found
+
+
+def hold_index_env(env: Mapping[str, str] | None = None) -> None:
+    """Read now an env file given as a descriptor, keep its lines here and close it: every
+    command calls this first, before it starts any process."""
+    path = (os.environ if env is None else env).get(ENV_FILE_VAR)
+    if path and _descriptor(path) is not None:
+        read_env_file(Path(path))
+
+
+def _variables(text: str, where: str) -> dict[str, str]:
     found = {}
     for number, name, value in _env_lines(text):
         if value is None:
@@ -144,7 +178,9 @@ def index_secret_names(env: Mapping[str, str]) -> frozenset[str]:
     names = {ENV_LINES_VAR, ENV_FILE_VAR}
     sources = [env.get(ENV_LINES_VAR, "")]
     path = env.get(ENV_FILE_VAR)
-    if path:
+    if path in _HELD:
+        names.update(_HELD[path])
+    elif path and _descriptor(path) is None:  # a descriptor unread here is not read: once only
         with contextlib.suppress(OSError):
             if Path(path).stat().st_size <= ENV_FILE_MAX_BYTES:
                 sources.append(Path(path).read_text(encoding="utf-8-sig", errors="replace"))
