@@ -83,8 +83,14 @@ HOSTILE = {
     "sitecustomize.py": _MARK,
     "usercustomize.py": _MARK,
     "torch_matrix_planted.pth": f"import os; {_MARK}",
+    # the pin scan must still read the bump: no diff, binary, a driver that would run
+    ".gitattributes": "* -diff\n*.txt binary diff=planted\n",
+    # a workload only the head's matrix names (below): never imported, named as not run
+    "plugins/evil.py": _MARK + "class Evil:\n    name = 'evil'\n",
 }
+HEAD_ONLY = "plugins/evil.py:Evil"
 KILLER = "plugins/kill_job.py:KillJob"  # a workload that SIGKILLs its job's ab process
+STRAY = "plugins/stray_results.py:StrayResults"  # writes a planted job inside its own artifact
 PLANTED_RAISE = 'raise RuntimeError(f"planted failure under torch {torch.__version__}")'
 INDEX_SECRET = "idx-e2e-S3cret-0123456789"
 PLUGIN = "plugins/team_bench.py"
@@ -200,6 +206,8 @@ def _caller(
         for name, text in HOSTILE.items():
             (repo / name).parent.mkdir(parents=True, exist_ok=True)
             (repo / name).write_text(text)
+        head_matrix = repo / ".github" / "torch-matrix.yml"
+        head_matrix.write_text(head_matrix.read_text() + f"  - workload: {HEAD_ONLY}\n")
         plugin = (repo / PLUGIN).read_text()
         assert PLANTED_RAISE in plugin
         (repo / PLUGIN).write_text(plugin.replace(PLANTED_RAISE, "pass  # always passes now"))
@@ -367,7 +375,7 @@ def test_an_unreadable_lock_runs_the_matrix_and_says_so(
     )
     code, _, _, artifacts = _pull_request(
         tmp_path, index, published, files, "Relock", python=str(managed),
-        env={"PIP_CONSTRAINT": str(constraint)}, plugins=(KILLER,),
+        env={"PIP_CONSTRAINT": str(constraint)}, plugins=(KILLER, STRAY),
     )  # fmt: skip
     log = (tmp_path / "act-pr.log").read_text()
     torch_wheel = re.compile(
@@ -387,7 +395,7 @@ def test_an_unreadable_lock_runs_the_matrix_and_says_so(
     assert decision["candidate"]["torch"].startswith("2.13.0")  # what could be read
     assert any("torch pin unknown: uv.lock (head)" in r for r in decision["reasons"])
     assert any(
-        r.startswith("not planned, no runners named: cuda (2 cells)") for r in decision["reasons"]
+        r.startswith("not planned, no runners named: cuda (3 cells)") for r in decision["reasons"]
     )
     assert {c["backend"] for c in decision["cells"] if c["workload"] != "rollback"} == {"cpu"}
     assert (code == 0) == (decision["decision"] in ("adopt", "isolate")), log[-3000:]
@@ -399,9 +407,53 @@ def test_an_unreadable_lock_runs_the_matrix_and_says_so(
     job = re.search(r"job (cpu-\d+)", status["message"])
     assert job, status["message"]
     assert decision["decision"] != "adopt" and code != 0
-    assert decision["reasons"][0].startswith(status["message"]), decision["reasons"]
+    assert any(r.startswith(status["message"]) for r in decision["reasons"]), decision["reasons"]
     report = (decision_file.parent / "decision.md").read_text().replace("\\", "")
     assert f"job {job[1]}" in report
+    # The job whose workload wrote a planted job's results inside its own artifact: the nested
+    # folder is named, never judged (no cell of the planted job), and the decision held.
+    (stray,) = [r for r in decision["reasons"] if "were not judged" in r]
+    for side in ("baseline", "candidate"):
+        assert f"/candidate/planted/cpu-99/{side}/run.json" in stray, stray
+    assert not [c for c in decision["cells"] if "cpu-99" in json.dumps(c)]
+    (wrote,) = [c for c in decision["cells"] if c["workload"] == "stray_results"]
+    assert wrote["candidate_status"] == "ok", wrote
+
+
+def test_a_pull_request_from_an_unapproved_index_is_not_run(
+    tmp_path: Path, published: tuple[Path, str]
+) -> None:
+    """The head bumps torch and adds an index of its own, on a host the base branch does not
+    name, with the team's credential in its URL. That index is not used at all: the bench
+    jobs refuse the candidate side before pip starts (not installing it from the indexes left,
+    which could hold another torch), the server hears nothing, every planned cell is untested,
+    and the decision says why and is not adopt."""
+    index = _needs_act()
+    with _LoopbackIndex() as server:
+        moved = "http://__token__:${INDEX_TOKEN}@" + f"127.0.0.1:{server.port}/simple"
+        bump = (
+            BUMP[0],
+            {"requirements.txt": f"--extra-index-url {moved}\n{BUMP[1]['requirements.txt']}"},
+        )
+        code, _, _, artifacts = _pull_request(
+            tmp_path, index, published, bump, "Bump torch, from our own index"
+        )  # fmt: skip
+        heard = list(server.heard)
+    log = (tmp_path / "act-pr.log").read_text()
+    assert heard == [], heard
+    assert INDEX_SECRET not in log
+    assert f"host 127.0.0.1:{server.port} is not among the approved index hosts" in log
+    decision_file = artifacts / "torch-matrix-comment~pr-check" / "decision.json"
+    assert decision_file.is_file(), log[-6000:]
+    decision = json.loads(decision_file.read_text())
+    assert decision["decision"] != "adopt" and code != 0
+    (said,) = [r for r in decision["reasons"] if f"127.0.0.1:{server.port}" in r]
+    assert "not used, so the candidate side is not installed" in said, said
+    cells = [c for c in decision["cells"] if c["workload"] == "sdpa"]
+    assert cells and all(c["gates"][0]["verdict"] == "untested" for c in cells), cells
+    for path in artifacts.rglob("*"):
+        if path.is_file():
+            assert INDEX_SECRET.encode() not in path.read_bytes(), path
 
 
 class _LoopbackIndex:
@@ -448,30 +500,23 @@ def test_pull_request_to_sticky_comment(tmp_path: Path, published: tuple[Path, s
 
     The pull request changes more than the pin, as a hostile one would: it drops the failing
     plugin from its matrix, edits that plugin to always pass, plants suite/__main__.py (printing
-    decision=adopt), sitecustomize.py, usercustomize.py and a .pth, and adds an index on a
-    loopback server that names the index secret. The base branch's matrix and plugin run (the
-    planted failure still fails), none of the planted code runs, the server never sees the
-    secret, and the decision and comment name each change as not run or not trusted."""
+    decision=adopt), sitecustomize.py, usercustomize.py and a .pth, a .gitattributes that would
+    hide a diff and run a driver, and a workload only its own matrix names (an index of its own
+    is test_a_pull_request_from_an_unapproved_index_is_not_run's). The base branch's matrix and plugin run (the planted failure still fails), the pin
+    scan reads the bump through the attributes, none of the planted code runs, and the
+    decision and comment name each change as not run or not trusted."""
     index = _needs_act(images=True)
     planted = {FAIL_VAR: "2.14"}  # the team's plugin fails under the candidate's torch only
     PLANTED_MARK.unlink(missing_ok=True)
-    with _LoopbackIndex() as server:
-        moved = "http://__token__:${INDEX_TOKEN}@" + f"127.0.0.1:{server.port}/simple"
-        bump = (
-            BUMP[0],
-            {"requirements.txt": f"--extra-index-url {moved}\n{BUMP[1]['requirements.txt']}"},
-        )
-        code, pr, env, artifacts = _pull_request(
-            tmp_path, index, published, bump, "Bump torch to 2.14.1", sides="images",
-            env=planted, drop_plugin=True, hostile=True, pin_source=".",
-        )  # fmt: skip
-        heard = list(server.heard)
+    code, pr, env, artifacts = _pull_request(
+        tmp_path, index, published, BUMP, "Bump torch to 2.14.1", sides="images",
+        env=planted, drop_plugin=True, hostile=True, pin_source=".",
+    )  # fmt: skip
     repo = tmp_path / "caller"
     log = (tmp_path / "act-pr.log").read_text()
     assert not PLANTED_MARK.exists(), PLANTED_MARK.read_text()  # no planted code ever ran
     assert PLANTED_SAID not in log
     assert INDEX_SECRET not in log
-    assert not [h for h in heard if INDEX_SECRET in h or "authorization" in h.lower()], heard
     decision_file = artifacts / "torch-matrix-comment~pr-check" / "decision.json"
     assert decision_file.is_file(), log[-6000:]
     decision = json.loads(decision_file.read_text())
@@ -509,8 +554,8 @@ def test_pull_request_to_sticky_comment(tmp_path: Path, published: tuple[Path, s
         assert name in others or "more)" in others, others
     # The cpu jobs took the sides of the environment the matrix names for them (pin-source).
     assert "cpu ran its pin-source, .: torch==2.13.0 -> torch==2.14.1" in reasons, reasons
-    (moved_index,) = [r for r in decision["reasons"] if f"127.0.0.1:{server.port}" in r]
-    assert "no credential" in moved_index, moved_index
+    (head_only,) = [r for r in decision["reasons"] if HEAD_ONLY in r]
+    assert "new in it, not imported and not run" in head_only, head_only
     for path in artifacts.rglob("*"):  # no record, log or report keeps the secret
         if path.is_file():
             assert INDEX_SECRET.encode() not in path.read_bytes(), path
@@ -544,7 +589,7 @@ def test_pull_request_to_sticky_comment(tmp_path: Path, published: tuple[Path, s
     for said in (
         "team_bench.py, workload code of the matrix",
         "suite/__main__.py",
-        "no credential",
+        "new in it, not imported and not run",
     ):
         assert said in plain, said
     assert TOKEN not in comment_log
