@@ -16,7 +16,7 @@ from suite.core.records import SIZES, MatrixEvidence, Size
 from suite.core.spec import CellSpec
 from suite.core.validation import load_spec_document, validate
 from suite.core.yamlsafe import load_yaml
-from suite.workloads import Resolved, resolve
+from suite.workloads import Resolved, file_part, resolve
 from suite.workloads.base import ParamValue
 
 DEFAULT_MATRIX_NAME = "<built-in default matrix>"
@@ -85,8 +85,28 @@ def _size(doc: dict[str, Any], file: str) -> Size:
     return size_named(str(size or old or "smoke"), file=file, path="$.size")
 
 
+def inside_repository(ref: str, file: str, path: str) -> None:
+    """A matrix file names workload files inside the repository the suite runs in (the current
+    directory, a checkout): a reference that leads out of it (`../../x/evil.py:W`, an absolute
+    path elsewhere, a link that points out) is an input error at FILE and PATH, before anything
+    is imported. A reference typed on the command line (--workload) is the user's own."""
+    named = file_part(ref)
+    if named is None:
+        return
+    root = Path.cwd().resolve()
+    if not (root / named).resolve().is_relative_to(root):
+        raise InputError(
+            f"workload file {named!r} is outside the repository the suite runs in ({root}): "
+            "a matrix names workload files inside it",
+            file=file,
+            path=path,
+        )
+
+
 def _from_doc(doc: Any, file: str, sha256: str) -> Matrix:
     validate(doc, "torch-matrix/matrix", file=file)
+    for i, w in enumerate(doc["workloads"]):
+        inside_repository(str(w["workload"]), file, f"$.workloads[{i}].workload")
     entries = [
         Entry(
             ref=w["workload"],
