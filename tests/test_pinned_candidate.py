@@ -220,7 +220,7 @@ class FakeVenv:
         if argv[1:4] == ["-I", "-m", "venv"]:
             (Path(argv[-1]) / "bin").mkdir(parents=True, exist_ok=True)
             (Path(argv[-1]) / "bin" / "python").write_text("")
-        elif "pip" in argv:
+        elif "install" in argv:
             self.pip_calls.append(argv)
             if "-c" in argv:
                 self.constraints = Path(argv[argv.index("-c") + 1]).read_text()
@@ -237,7 +237,7 @@ class FakeVenv:
                         continue
                     needs = ["sympy<1.13"] if self.outcome == "broken" else []
                     self.held[name] = (version, needs if name == "packaging" else [])
-        elif argv[1:3] == ["-I", "-c"]:  # the venv's interpreter, asked what it holds
+        elif argv[1:4] == ["-I", "-S", "-c"]:  # the venv's interpreter, asked what it holds
             dists = [[n, v, r, False] for n, (v, r) in self.held.items()]
             answer = json.dumps({"dists": dists, "markers": LINUX})
             return subprocess.CompletedProcess(argv, 0, "\n" + answer, "")

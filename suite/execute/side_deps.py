@@ -19,6 +19,7 @@ from packaging.utils import canonicalize_name
 
 from suite.core.errors import EnvironmentProblem, InputError
 from suite.core.secrets import MASK, redact_text
+from suite.execute.guarded import guarded
 
 # What a worker imports besides torch (module -> the requirement that provides it); a venv side
 # installs these with its torch, an interpreter side must have them.
@@ -197,7 +198,10 @@ def ask(
     about the interpreter's own environment alone (a venv, as pip there sees it)."""
     from suite.execute.environment import inherited_env
 
-    argv = [interpreter, *(["-I"] if isolated else []), "-c", script, json.dumps(args)]
+    # Isolated, no code from the venv's site-packages runs either (a .pth line, sitecustomize):
+    # a candidate's venv is asked after the pull request's packages are in it (guarded.py).
+    plain = [interpreter, "-c", script]
+    argv = [*(guarded(interpreter, script) if isolated else plain), json.dumps(args)]
     with tempfile.TemporaryDirectory(prefix="torch-matrix-check-") as empty:
         try:
             proc = subprocess.run(

@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from pathlib import Path
 from suite.core.errors import EnvironmentProblem, InputError, warn
 from suite.core.secrets import redact_text, without_credential
 from suite.execute.cache import cache_root
+from suite.execute.guarded import own_pip, pip_install
 from suite.execute.holding import hold
 from suite.execute.indexes import Indexes
 from suite.execute.manifest import (
@@ -153,18 +155,36 @@ def _build_venv(
     """requirements: torch's first, then the extra ones. One pip call resolves them together,
     so pip picks versions of the extra ones that fit this torch, or fails the build; with pins,
     a second call then puts back the baseline's versions of what pip moved (pinned.hold)."""
-    shown = redact_text(" ".join(requirements))
     start = time.perf_counter()
     manifest_path(venv).unlink(missing_ok=True)  # written again only once the build is done
     if venv.exists():
         shutil.rmtree(venv)  # an earlier build that did not finish, or one that changed since
-    # -I: the working directory may be a checkout, whose pip/ or venv/ must not run instead.
-    # Wheels only: no package's own build code runs while an index credential is in pip's
-    # environment (a pull request may name any package).
-    pip = [str(_venv_python(venv)), "-I", "-m", "pip", "install", "--disable-pip-version-check"]
+    with tempfile.TemporaryDirectory(prefix="torch-matrix-pip-") as folder:
+        _install(venv, requirements, python, indexes, log, pins, own_pip(Path(folder)))
+    (venv / READY).write_text(redact_text(" ".join(requirements)) + "\n", encoding="utf-8")
+    write_manifest(venv)
+    return _venv_python(venv), time.perf_counter() - start
+
+
+def _install(
+    venv: Path,
+    requirements: Sequence[str],
+    python: str,
+    indexes: Indexes,
+    log: Path | None,
+    pins: BaselinePins | None,
+    home: Path,
+) -> None:
+    """The venv made and its pip calls run, pip from HOME (guarded.own_pip)."""
+    shown = redact_text(" ".join(requirements))
+    # No code a pull request could have placed runs while an index credential is in pip's
+    # environment: wheels only (no package's build code), and pip is the suite's own, started
+    # with -I -S and no .pth line or customize module run (suite/execute/guarded.py), so neither
+    # the checkout's folders nor what the first call installed run in the second.
+    pip = [*pip_install(_venv_python(venv), home), "--disable-pip-version-check"]
     pip += list(WHEELS_ONLY)
     given = [requirements[0], *WORKER_REQUIREMENTS, *requirements[1:]]
-    steps = [[python, "-I", "-m", "venv", str(venv)], [*pip, "-q", *given]]
+    steps = [[python, "-I", "-m", "venv", "--without-pip", str(venv)], [*pip, "-q", *given]]
     env = {**os.environ, **indexes.pip_env()}
     where = f" from {indexes.shown()}" if indexes else ""
 
@@ -187,9 +207,6 @@ def _build_venv(
             shutil.rmtree(venv, ignore_errors=True)
             raise
         write_record(venv, record)  # before the manifest, which then covers it
-    (venv / READY).write_text(shown + "\n", encoding="utf-8")
-    write_manifest(venv)
-    return _venv_python(venv), time.perf_counter() - start
 
 
 def _logged(
