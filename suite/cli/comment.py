@@ -58,7 +58,6 @@ def _post(
     conclusion: str | None,
     author: str | None,
 ) -> None:
-    from suite.core.validation import load_document, validate_file
     from suite.github.banner import carried
     from suite.github.client import GitHubClient
     from suite.github.comment import (
@@ -70,6 +69,7 @@ def _post(
         parse_repo,
         upsert_comment,
     )
+    from suite.untrusted.decision import read_decision
 
     parse_repo(repo, option="--repo")
     bot = parse_bot(author, option="--author") if author is not None else ACTIONS_BOT
@@ -86,9 +86,8 @@ def _post(
         _mark(repo, pr, run_state, run, GitHubClient(token_env=token_env), bot)
         return
     assert decision_file is not None
-    validate_file(decision_file, "torch-matrix/decision")
-    decision = load_document(decision_file)
-    matrix = decision.get("matrix") or {}
+    decision = read_decision(decision_file)  # the room's reader: data, bounded, valid
+    matrix: dict[str, Any] = dict(decision.get("matrix") or {})
     name = name or str(matrix.get("name") or "default")
     started = run_started_at or default_started_at(decision)
     # The head is the event's (--head-sha): a decision of another head is refused here.

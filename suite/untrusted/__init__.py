@@ -19,8 +19,11 @@ The ways head content enters, and where:
 - `shown`: any head-chosen text (a file name, a line) on its way to a log or a workflow
   command: escaped so that it is one line that GitHub never reads as a command.
 
-Not yet here (each still read where it is used): the decision artifact the comment job reads
-(suite/github/comment.py checks its head SHA, full SHAs only) and the index URLs the head's pin
-files name (suite/pins/index_hosts.py: a host the base branch does not approve is refused where
-the bench job installs, suite/execute/indexes.py).
+- `decision`: the decision artifact the comment job reads (a same-repository pull request can
+  edit the caller workflow that uploads it): a plain file, read once under a cap, valid against
+  the decision schema; the comment checks that it is the event's head (full SHAs only).
+
+Not here, and why: the index URLs the head's pin files name are refused where pip would use
+them (suite/execute/indexes.py: a host the base branch does not approve is never used), since
+that is where the base's approved hosts are known.
 """
