@@ -308,8 +308,9 @@ def plan_command(
     )
     if changes_between and changed_files is not None:
         raise InputError("give --changes or --changed-files, not both", option="--changes")
-    between = changes_between
-    changed = changed_paths(repo, *between) if between else read_changed(changed_files)
+    changed = (
+        changed_paths(repo, *changes_between) if changes_between else read_changed(changed_files)
+    )
     notes = source_notes(
         changed, pin_files.split(), matrix, matrix_file, policy_file, matrix_from == "head"
     )
