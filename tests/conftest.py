@@ -6,7 +6,8 @@ for hardware this machine cannot have: a tool missing from CI is coverage lost, 
 Under pytest-xdist (.ci/run runs two workers, `-n 2 --dist loadgroup`): the tests marked
 `docker` and the act tests run one after another on one worker, since they build, tag and
 remove images (the act bench job builds the pins' images again under the CI images' tags, with
-other labels: a docker test beside it saw its image's tag move to another image id); a test
+other labels: a docker test beside it saw its image's tag move to another image id); the tests
+of a module that share a module-scoped fixture run on one worker, which builds it once; a test
 marked `alone` runs with no other test of the suite beside it, since its assertions read timed
 rounds that a busy neighbour would disturb.
 """
@@ -79,6 +80,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         report.longrepr = f"skipped in CI, where every tool the tests need is installed: {reason}"
 
 
+def _shares_a_module_fixture(item: pytest.Item) -> bool:
+    """Whether the test uses a fixture built once per module (a whole run, a fork server)."""
+    info = getattr(item, "_fixtureinfo", None)
+    defs = info.name2fixturedefs.values() if info is not None else ()
+    return any(d.scope in ("module", "package") for some in defs for d in some)
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
@@ -86,6 +94,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         act = module is not None and module.__name__.endswith("test_act_e2e")
         if act or item.get_closest_marker("docker") is not None:
             item.add_marker(pytest.mark.xdist_group("docker"))
+        elif module is not None and _shares_a_module_fixture(item):
+            # On one worker: split across two, each would build the module's fixture (the
+            # built-in matrix's run, a fork server) once, twice in all.
+            item.add_marker(pytest.mark.xdist_group(module.__name__))
 
 
 @contextlib.contextmanager

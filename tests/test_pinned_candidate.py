@@ -237,7 +237,7 @@ class FakeVenv:
                         continue
                     needs = ["sympy<1.13"] if self.outcome == "broken" else []
                     self.held[name] = (version, needs if name == "packaging" else [])
-        elif argv[1:4] == ["-I", "-S", "-c"]:  # the venv's interpreter, asked what it holds
+        elif argv[1:3] == ["-I", "-S"] and argv[4] == "-c":  # the venv, asked what it holds
             dists = [[n, v, r, False] for n, (v, r) in self.held.items()]
             answer = json.dumps({"dists": dists, "markers": LINUX})
             return subprocess.CompletedProcess(argv, 0, "\n" + answer, "")

@@ -130,5 +130,5 @@ def test_a_venvs_build_runs_every_pip_call_guarded(
     sides.venv_for("torch==2.13.0")
     (make, install) = calls
     assert make[1:5] == ["-I", "-m", "venv", "--without-pip"]
-    assert install[1:3] == ["-I", "-S"] and install[3].endswith("pip-guarded.py")
+    assert install[1:3] == ["-I", "-S"] and install[3].endswith("pip_boot.py")
     assert "--keyring-provider" in install and "--only-binary" in install
