@@ -79,7 +79,7 @@ def test_a_killed_rank_resumes_exactly_on_both_pins_and_planted_resume_bugs_fail
     out = tmp_path / "ab"
     code, stdout, err = cli(
         "ab", "--candidate", "torch==2.14.1", "--matrix", str(matrix), "--rounds", "1",
-        "--out", str(out), "--format", "json",
+        "--no-traces", "--out", str(out), "--format", "json",
     )  # fmt: skip
     if code == 3 and "could not prepare an environment" in err:
         pytest.skip(f"torch 2.14.1 cannot be installed here: {err.splitlines()[-1]}")
