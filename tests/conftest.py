@@ -9,7 +9,9 @@ remove images (the act bench job builds the pins' images again under the CI imag
 other labels: a docker test beside it saw its image's tag move to another image id); the tests
 of a module that share a module-scoped fixture run on one worker, which builds it once; a test
 marked `alone` runs with no other test of the suite beside it, since its assertions read timed
-rounds that a busy neighbour would disturb.
+rounds that a busy neighbour would disturb; a test marked `heavy` (many ranks and agents at
+once) runs beside ordinary tests, which hold whatever a busy neighbour does to their timings,
+but never beside an `alone` test or another heavy one.
 """
 
 from __future__ import annotations
@@ -60,6 +62,11 @@ def _counting_where_asked(request: pytest.FixtureRequest, monkeypatch: pytest.Mo
     # A count kept by one test would be another's: each counts afresh unless it tests keeping.
     if request.node.get_closest_marker("keeps_counts") is None:
         monkeypatch.setenv("TORCH_MATRIX_KEEP_COUNTS", "0")
+    # Two tests at a time on two cores disturb each other's rounds, and each disturbed round ran
+    # again up to three times: most of an A/B test's time in CI, for timings it never asserts.
+    # Only a test that reads timed rounds (marked `alone`, nothing beside it) runs them again.
+    if request.node.get_closest_marker("alone") is None:
+        monkeypatch.setenv("TORCH_MATRIX_RERUNS", "0")
 
 
 # Skips that no amount of installing can avoid on a Linux CPU machine.
@@ -104,7 +111,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def _turn(item: pytest.Item) -> Iterator[None]:
     """A readers-writer lock across the xdist workers: every test holds it shared, a test
     marked `alone` exclusively. The turnstile keeps a waiting `alone` test from being overtaken
-    by the other worker's next tests."""
+    by the other worker's next tests. A test marked `heavy` also holds a lock of its own
+    kind: it runs beside ordinary tests, never beside another heavy one."""
     workerinput = getattr(item.config, "workerinput", None)
     if workerinput is None:  # not under xdist: nothing runs beside it
         yield
@@ -112,7 +120,14 @@ def _turn(item: pytest.Item) -> Iterator[None]:
     folder = Path(tempfile.gettempdir()) / f"torch-matrix-tests-{workerinput['testrunuid']}"
     folder.mkdir(exist_ok=True)
     alone = item.get_closest_marker("alone") is not None
-    with open(folder / "turnstile", "w") as turnstile, open(folder / "tests", "w") as tests:
+    heavy = item.get_closest_marker("heavy") is not None
+    with (
+        open(folder / "turnstile", "w") as turnstile,
+        open(folder / "tests", "w") as tests,
+        open(folder / "heavy", "w") as heavies,
+    ):
+        if heavy:  # first, so that no test waits at the turnstile behind one heavy for another
+            fcntl.flock(heavies, fcntl.LOCK_EX)
         fcntl.flock(turnstile, fcntl.LOCK_EX)
         fcntl.flock(tests, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
         fcntl.flock(turnstile, fcntl.LOCK_UN)
@@ -120,6 +135,7 @@ def _turn(item: pytest.Item) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(tests, fcntl.LOCK_UN)
+            fcntl.flock(heavies, fcntl.LOCK_UN)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -21,7 +21,7 @@ from tests.helpers import REPO, TESTS, THREADS_ENV
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.alone,  # two agents and their ranks: a test beside them reads disturbed timings
+    pytest.mark.heavy,  # two agents and their ranks at once
     pytest.mark.skipif(os.geteuid() != 0, reason="the stand-in's pods need a mount namespace"),
 ]
 KUBECTL = TESTS / "standins" / "kubectl"

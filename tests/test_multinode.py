@@ -22,7 +22,7 @@ from tests.netns import Hosts, can_make_namespaces, hosts_for
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.alone,  # four ranks and two agents: a test beside them reads disturbed timings
+    pytest.mark.heavy,  # four ranks and two agents at once
     pytest.mark.skipif(can_make_namespaces() is not None, reason=str(can_make_namespaces())),
 ]
 DIST = TESTS / "plugins" / "dist_planted.py"

@@ -90,3 +90,38 @@ def test_a_fixed_design_runs_every_round_it_was_asked_for_whatever_was_charged()
     assert not ran.budget_exhausted
     for run in runs.values():
         assert sorted(run.rounds) == list(range(6))
+
+
+@dataclass
+class BusyRun(FakeRun):
+    """A side whose every round another process disturbed: counts its executions."""
+
+    executed: int = 0
+    aside: int = 0
+    notes: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+    def execute(self, spec: CellSpec, round_no: int) -> tuple[dict[str, Any], bool]:
+        self.executed += 1
+        record, reused = super().execute(spec, round_no)
+        record["timing"]["disturbance"]["disturbed"] = True
+        return record, reused
+
+    def set_aside(self, spec: CellSpec, round_no: int) -> None:
+        self.aside += 1
+
+    def annotate(self, spec: CellSpec, round_no: int, **fields: Any) -> None:
+        self.notes[round_no] = fields
+
+
+def test_a_disturbed_round_runs_again_as_often_as_reruns_says() -> None:
+    """ab --reruns (TORCH_MATRIX_RERUNS): 3 by default, 0 keeps the disturbed round as it is."""
+    policy = load_policy(None, "research")
+    for reruns, executions in ((None, 4), (0, 1), (2, 3)):
+        runs = {"baseline": BusyRun(0.010), "candidate": BusyRun(0.010)}
+        rounds = Rounds(runs, policy, policy.design.fixed(1), True, None, reruns=reruns)  # type: ignore[arg-type]
+        rounds.run([_spec()])
+        for run in runs.values():
+            assert run.executed == executions and run.aside == executions - 1, reruns
+            assert run.notes == (
+                {0: {"disturbed_repeats": executions - 1}} if executions > 1 else {}
+            )

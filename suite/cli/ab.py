@@ -79,6 +79,16 @@ if TYPE_CHECKING:
 )
 @click.option("--no-traces", is_flag=True, help="Skip the profiler traces of failing cells.")
 @click.option(
+    "--reruns",
+    type=click.IntRange(min=0, max=10),
+    default=None,
+    envvar="TORCH_MATRIX_RERUNS",
+    help="How often a round that another process disturbed runs again on both sides (default "
+    "3; env "
+    "TORCH_MATRIX_RERUNS); past that, or with 0, the round is kept marked disturbed and the "
+    "timing gates leave it out and say so.",
+)
+@click.option(
     "--count/--no-count",
     default=True,
     envvar="TORCH_MATRIX_COUNT",
@@ -116,6 +126,7 @@ def ab(
     out: Path | None,
     resume: bool,
     no_traces: bool,
+    reruns: int | None,
     count: bool,
     keep_counts: bool,
     job: str | None,
@@ -163,6 +174,7 @@ def ab(
             count=count,
             keep_counts=keep_counts,
             job=job,
+            reruns=reruns,
         )
         decision = run_ab(matrix, cells, resolved, base_side, cand_side, policy, options)
         _echo_phases(decision)

@@ -62,6 +62,7 @@ class AbOptions:
     keep_counts: bool = False  # counts kept across runs reused, and this run's kept (ab's default)
     second_look: bool = True  # a timing fail or improvement runs again alone before it stands
     job: str | None = None  # the plan's name of the bench job, recorded in both run.json
+    reruns: int | None = None  # how often a disturbed round runs again (None: rounds.py's)
 
 
 def side_command(matrix: Matrix, side: PreparedSide, resolved: dict[str, Resolved]) -> list[str]:
@@ -169,7 +170,9 @@ def run_ab(
             cells, runs, sides, progress, phases, checks, threshold, options.keep_counts
         )
     guard = venv_guard(baseline)
-    rounds = Rounds(runs, policy, design, comparable, options.progress, charged, guard)
+    rounds = Rounds(
+        runs, policy, design, comparable, options.progress, charged, guard, options.reruns
+    )
     phases.begin("rounds")
     _run_rounds(rounds, runs, cells)
     rollback_cells: list[Cell] = []
@@ -199,7 +202,10 @@ def run_ab(
             look_design = alone_design(design)
             envs = {role: run.environment for role, run in runs.items()}
             alone = make_runs(again, look_design, ALONE_DIR, envs)
-            looking = Rounds(alone, policy, look_design, comparable, options.progress, 0.0, guard)
+            looking = Rounds(
+                alone, policy, look_design, comparable, options.progress, 0.0, guard,
+                options.reruns,
+            )  # fmt: skip
             _run_rounds(looking, alone, again)
         decision = judge()
     if options.traces:

@@ -37,8 +37,8 @@ def side_order(round_no: int, position: int) -> tuple[Role, Role]:
     return ("candidate", "baseline")
 
 
-# How often one round runs again when another process disturbed it: a runner busy for longer
-# is busy, and its rounds are then left out of the timing gates, which say so.
+# How often one round runs again when another process disturbed it (ab --reruns): a runner busy
+# for longer is busy, and its rounds are then left out of the timing gates, which say so.
 DISTURBED_REPEATS = 3
 
 
@@ -47,7 +47,9 @@ class Rounds:
 
     def __init__(self, runs: dict[str, Run], policy: Policy, design: Design, comparable: bool,
                  progress: Progress | None, charged_s: float = 0.0,
-                 before_round: Callable[[], None] | None = None) -> None:  # fmt: skip
+                 before_round: Callable[[], None] | None = None,
+                 reruns: int | None = None) -> None:  # fmt: skip
+        self.reruns = DISTURBED_REPEATS if reruns is None else reruns
         self.runs = runs
         # Called before every round and once after the last: raises when a side it checks
         # changed (suite/flows/ab.py's venv guard), so that no round runs on a patched side.
@@ -64,8 +66,8 @@ class Rounds:
         """Both sides of one round of one cell (the cell's position in the round sets the
         order, side_order); on resume a round is kept only when both
         sides' records are whole, otherwise it is redone on both. A round another process
-        disturbed on either side runs again on both, the order kept, up to DISTURBED_REPEATS
-        times; the kept records say how often."""
+        disturbed on either side runs again on both, the order kept, up to `reruns` times;
+        the kept records say how often."""
         order = side_order(round_no, position)
         kept = {role: self.runs[role].reusable(spec, round_no) for role in order}
         if not all(kept.values()):
@@ -85,7 +87,7 @@ class Rounds:
             # A side that did not run the cell gives no timing to protect: running it again
             # shows the same failure, not a calmer round.
             ran = all(d["status"] == "ok" for d in docs.values())
-            if calm or not ran or kept_again or repeats == DISTURBED_REPEATS:
+            if calm or not ran or kept_again or repeats >= self.reruns:
                 break
             if self.progress is not None:
                 self.progress.note(f"{spec.cell_id} r{round_no} disturbed by another process")
