@@ -7,7 +7,8 @@ A wheel can put three kinds of code where a plain `python -I -m pip` runs it: a 
 files over pip's own (a wheel installs any path under site-packages, `pip/` included). So the
 interpreter starts with -I -S and runs pip_boot.py (site with `.pth` files read for their
 directory lines only, no customize module); pip itself is a copy of the suite's own pip, first
-on sys.path, and never asks a keyring (which it would import from the venv). The images do the
+on sys.path, and never asks a keyring (which it would import from the venv, or run from its
+bin/). The images do the
 same with a copy of their venv's pip taken before torch is installed (images/*/Dockerfile).
 """
 
@@ -20,9 +21,6 @@ from pathlib import Path
 from suite.core.errors import EnvironmentProblem
 
 BOOT = Path(__file__).with_name("pip_boot.py")
-
-# pip never asks a keyring: "auto" imports the keyring package from the venv's site-packages.
-NO_KEYRING = ("--keyring-provider", "disabled")
 
 
 def guarded(python: str | Path, script: str) -> list[str]:
@@ -48,4 +46,4 @@ def own_pip(folder: Path) -> Path:
 
 def pip_install(python: str | Path, home: Path) -> list[str]:
     """`pip install` in the venv of PYTHON, run by the copy of pip at HOME (own_pip)."""
-    return [str(python), "-I", "-S", str(BOOT), str(home), "install", *NO_KEYRING]
+    return [str(python), "-I", "-S", str(BOOT), str(home), "install"]

@@ -5,7 +5,7 @@ before any package a pull request named was installed) or `python -I -S pip_boot
 ARG…` (a question to the venv, suite/execute/side_deps.py). Either way site runs as usual (the
 venv's prefix and site-packages) except that a `.pth` file is read for its directory lines only
 (an `import` line is skipped, not run) and no sitecustomize or usercustomize module is
-imported. Standard library only: the images run it from the mounted source
+imported; pip never asks a keyring. Standard library only: the images run it from the mounted source
 (images/*/Dockerfile), the venvs from the suite's own install (suite/execute/guarded.py).
 """
 
@@ -46,6 +46,10 @@ def main() -> None:
         exec(compile(script, "<question>", "exec"), {"__name__": "__main__"})
         return
     sys.path.insert(0, sys.argv.pop(1))  # PIP_HOME: the folder that holds pip/
+    # pip never asks a keyring: it would import the keyring package from the venv (pip before
+    # 23.1 at start-up) or run a `keyring` program found on PATH (the venv's bin/ first).
+    sys.modules["keyring"] = None  # type: ignore[assignment]
+    os.environ["PIP_KEYRING_PROVIDER"] = "disabled"  # pip 23.1 on; older pips ignore it
     sys.argv[0] = "pip"
     runpy.run_module("pip", run_name="__main__", alter_sys=True)
 
