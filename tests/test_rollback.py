@@ -11,7 +11,7 @@ import torch
 
 from suite.execute.environment import RunOptions, worker_env
 from suite.execute.launch import ProcessExit, Step, run_process
-from suite.execute.sides import PreparedSide
+from suite.execute.prepared import PreparedSide
 from suite.flows.rollback import compatibility
 from suite.judge.rollback import compatibility_cells, judge_rehearsal
 from suite.worker import rollback

@@ -34,8 +34,6 @@ from suite.execute.pinned import BaselinePins, read_pins, read_record, write_rec
 from suite.execute.prepared import PreparedSide
 from suite.execute.side_deps import WORKER_NEEDS, check_interpreter, parse_requirement
 
-__all__ = ["PreparedSide", "parse", "prepare"]
-
 _REQUIREMENT = re.compile(r"^torch\s*(\[[^\]]*\])?\s*(==|~=|>=|<=|>|<|!=|===|@)")
 # Runtime needs of the worker besides torch; the suite itself travels on PYTHONPATH.
 WORKER_REQUIREMENTS = tuple(WORKER_NEEDS.values())

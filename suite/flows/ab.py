@@ -29,10 +29,10 @@ from suite.core.secrets import redact_text
 from suite.core.spec import CellSpec
 from suite.execute.environment import RunOptions
 from suite.execute.manifest import stat_differences, stat_snapshot
+from suite.execute.prepared import PreparedSide
 from suite.execute.progress import Progress
 from suite.execute.runner import Run
 from suite.execute.side_deps import resumed
-from suite.execute.sides import PreparedSide
 from suite.flows.compare import decide
 from suite.flows.counts import count_cells, counting_spent_s
 from suite.flows.phases import Phases

@@ -37,8 +37,8 @@ from suite.judge.policy import Policy
 from suite.judge.sequential import TIMING_GATES, Design, needed_rounds, z_critical
 
 if TYPE_CHECKING:
+    from suite.execute.prepared import PreparedSide
     from suite.execute.progress import Progress
-    from suite.execute.sides import PreparedSide
     from suite.workloads import Resolved
     from suite.workloads.matrix import Matrix
 

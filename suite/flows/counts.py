@@ -26,9 +26,9 @@ from suite.execute.counting import (
     counting_setup,
 )
 from suite.execute.kept_counts import KeptCounts, kept_counts
+from suite.execute.prepared import PreparedSide
 from suite.execute.progress import Progress
 from suite.execute.runner import Run
-from suite.execute.sides import PreparedSide
 from suite.judge.instructions import REPLICATES, settled_by_one_count
 
 T = TypeVar("T")

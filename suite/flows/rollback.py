@@ -13,8 +13,9 @@ from suite.core.results import atomic_write_json
 from suite.core.spec import CellSpec
 from suite.execute.environment import RunOptions
 from suite.execute.launch import Step
+from suite.execute.prepared import PreparedSide
 from suite.execute.runner import Run
-from suite.execute.sides import PreparedSide, prepare
+from suite.execute.sides import prepare
 from suite.judge.rollback import DIRECTIONS, RECORD, direction
 from suite.workloads import Resolved
 from suite.workloads.matrix import Matrix

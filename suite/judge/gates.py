@@ -22,8 +22,6 @@ from suite.judge.round_metrics import LABELS, ROUND_METRICS, metric_value
 from suite.judge.sequential import STEADY_STATE_GATES, Design
 from suite.judge.verdicts import FAILED, Record, gate_result
 
-__all__ = ["FAILED", "Record", "gate_result"]  # and the gate functions below
-
 
 def side_status(records: Sequence[Record]) -> str | None:
     """One status for a side's rounds: any real failure wins, then unsupported, then skipped."""

@@ -115,10 +115,6 @@ class Assessment:
         return text + (f"; also {', '.join(moved)}" if moved else "")
 
 
-# The old name of an assessment that moved torch.
-Bump = Assessment
-
-
 def _file_pins(tree: Tree, path: str) -> list[Pin]:
     """A file's pins, and those of the files it includes as pins of the file (pip installs them
     when it installs the file). Raises Unreadable."""

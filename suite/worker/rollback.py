@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m suite.worker.rollback")
     sub = parser.add_subparsers(dest="action", required=True)
     # The flags name what each half reads and writes, so a container gets exactly those mounted
-    # (suite/execute/docker.py: mounts_for).
+    # (suite/execute/mounts.py: mounts_for).
     writer = sub.add_parser("write", help="train, save both formats and the continuation")
     writer.add_argument("--into", type=Path, required=True, help="the checkpoint folder")
     reader = sub.add_parser("read", help="load the other pin's checkpoint and continue")
