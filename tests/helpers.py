@@ -48,12 +48,15 @@ def docker_works() -> bool:
 def adopts_where_decided(code: int, decision: dict[str, Any]) -> None:
     """No rule blocked any row: an adopt (exit 0), or, where some gate was decided in no cell
     (timing from one or two rounds on a busy runner), a defer (exit 5) whose only extra reasons
-    name those missing gates. What a test of images or resumes cares about is that nothing
+    name those missing gates (after the line of rounds it could not judge). What a test of images or resumes cares about is that nothing
     failed; whether the timings decided depends on the machine."""
     assert all(row["decision"] == "adopt" for row in decision["rows"]), decision["reasons"]
     if decision["decision"] == "adopt":
         assert code == 0
         return
     assert (code, decision["decision"]) == (5, "defer"), decision["reasons"]
-    missing = [r for r in decision["reasons"] if " was decided in no cell " in r]
-    assert missing and decision["reasons"][: len(missing)] == missing, decision["reasons"]
+    # First, what the run could not do as asked: fewer judged rounds than --rounds, where a round
+    # stayed disturbed on a busy runner (the tests keep disturbed rounds: TORCH_MATRIX_RERUNS=0).
+    reasons = [r for r in decision["reasons"] if not r.startswith("--rounds ")]
+    missing = [r for r in reasons if " was decided in no cell " in r]
+    assert missing and reasons[: len(missing)] == missing, decision["reasons"]

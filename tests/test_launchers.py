@@ -122,7 +122,7 @@ def test_an_ab_across_worlds_has_a_scaling_row_with_both_pins_efficiencies(
     policy.write_text(POLICY)
     done = subprocess.run(
         [sys.executable, "-m", "suite", "ab", "--baseline", sys.executable, "--candidate",
-         "current", "--matrix", str(matrix), "--policy", str(policy), "--rounds", "2", "--out",
+         "current", "--matrix", str(matrix), "--policy", str(policy), "--rounds", "2", "--reruns", "3", "--out",
          str(tmp_path / "ab"), "--format", "json"],
         cwd=REPO, env={**os.environ, **THREADS_ENV}, capture_output=True, text=True,
         timeout=900,
@@ -134,5 +134,6 @@ def test_an_ab_across_worlds_has_a_scaling_row_with_both_pins_efficiencies(
     assert cell["row_id"] == "collectives@cpu"
     (gate,) = cell["gates"]
     assert gate["verdict"] in ("pass", "fail", "improved", "inconclusive"), gate["message"]
-    assert gate["baseline"] > 0 and gate["candidate"] > 0 and gate["rounds"] == 2  # --rounds 2
+    # --rounds 2, a disturbed round run again (nothing heavy beside it), and left out if it stays
+    assert gate["baseline"] > 0 and gate["candidate"] > 0 and 1 <= gate["rounds"] <= 2
     assert "### Scaling" in (tmp_path / "ab" / "decision.md").read_text()

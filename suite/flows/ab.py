@@ -159,9 +159,8 @@ def run_ab(
     make_runs = partial(_runs, matrix, resolved, sides, policy, options, identity)
     runs = make_runs(cells, design)
     comparable = not differences(runs["baseline"].environment, runs["candidate"].environment)
-    checks = None
-    if options.rollback and "rollback" in policy.gates:
-        checks = rollback_checks(matrix, cells, resolved, sides, runs, options)
+    wants = options.rollback and "rollback" in policy.gates
+    checks = rollback_checks(matrix, cells, resolved, sides, runs, options) if wants else None
     charged, checked = 0.0, False
     if options.count and "instructions" in policy.gates:
         progress = options.progress
@@ -169,12 +168,12 @@ def run_ab(
         charged, checked = count_before_rounds(
             cells, runs, sides, progress, phases, checks, threshold, options.keep_counts
         )
-    guard = venv_guard(baseline)
-    rounds = Rounds(
-        runs, policy, design, comparable, options.progress, charged, guard, options.reruns
-    )
+    rounds_of = partial(
+        Rounds, policy=policy, comparable=comparable, progress=options.progress,
+        before_round=venv_guard(baseline), reruns=options.reruns,
+    )  # fmt: skip
     phases.begin("rounds")
-    _run_rounds(rounds, runs, cells)
+    _run_rounds(rounds_of(runs, design=design, charged_s=charged), runs, cells)
     rollback_cells: list[Cell] = []
     rollback: RollbackRecord | None = None
     if checks is not None:
@@ -202,11 +201,7 @@ def run_ab(
             look_design = alone_design(design)
             envs = {role: run.environment for role, run in runs.items()}
             alone = make_runs(again, look_design, ALONE_DIR, envs)
-            looking = Rounds(
-                alone, policy, look_design, comparable, options.progress, 0.0, guard,
-                options.reruns,
-            )  # fmt: skip
-            _run_rounds(looking, alone, again)
+            _run_rounds(rounds_of(alone, design=look_design), alone, again)
         decision = judge()
     if options.traces:
         phases.begin("traces")
